@@ -1,0 +1,1 @@
+//! prefixgate's gateway: the serving path from an OpenAI request to a vLLM replica.

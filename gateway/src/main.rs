@@ -1,0 +1,3 @@
+//! The `prefixgate` binary.
+
+fn main() {}

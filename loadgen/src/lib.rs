@@ -1,0 +1,1 @@
+//! loadgen: the 24-phase routing matrix, live, local and simulated.

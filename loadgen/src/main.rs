@@ -1,0 +1,3 @@
+//! The `loadgen` binary.
+
+fn main() {}

@@ -1,0 +1,1 @@
+//! mock-engine: a faithful, clocked stand-in for a vLLM replica.

@@ -1,0 +1,127 @@
+//! Routing policies: one trait, one file per policy.
+//!
+//! A policy sees the ready pods with their loads (and, for prefix-aware policies, the
+//! request's block hashes and the prefix index) and returns a [`Choice`]. Counting the request
+//! against the chosen pod and recording its prefix in the index are done by the
+//! [`Router`](crate::Router) after the choice, the same way for every policy.
+
+use std::fmt;
+use std::str::FromStr;
+
+use rand::RngCore;
+
+use crate::config::RouterConfig;
+use crate::decision::Selection;
+use crate::index::PrefixIndex;
+use crate::load::Candidate;
+
+mod least_request;
+mod prefix_cache;
+mod random;
+
+pub use least_request::LeastRequest;
+pub use prefix_cache::PrefixCache;
+pub use random::Random;
+
+/// A routing strategy, as named in the `routing-strategy` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    Random,
+    LeastRequest,
+    PrefixCache,
+}
+
+impl Strategy {
+    /// Every strategy, in the order `--help` lists them.
+    pub const ALL: [Strategy; 3] = [
+        Strategy::Random,
+        Strategy::LeastRequest,
+        Strategy::PrefixCache,
+    ];
+
+    /// The header value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Random => "random",
+            Strategy::LeastRequest => "least-request",
+            Strategy::PrefixCache => "prefix-cache",
+        }
+    }
+
+    /// Whether the policy reads the prefix index (and so needs the request's block hashes).
+    pub fn uses_prefix_index(self) -> bool {
+        matches!(self, Strategy::PrefixCache)
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `routing-strategy` value that names no known strategy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown routing strategy {0:?} (known: random, least-request, prefix-cache)")]
+pub struct UnknownStrategy(pub String);
+
+impl FromStr for Strategy {
+    type Err = UnknownStrategy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Strategy::ALL
+            .into_iter()
+            .find(|strategy| strategy.as_str() == s)
+            .ok_or_else(|| UnknownStrategy(s.to_owned()))
+    }
+}
+
+/// What a policy is given to decide with.
+pub struct PolicyInput<'a> {
+    pub model: &'a str,
+    /// The ready pods; never empty and never a single pod (the router short-circuits those).
+    pub pods: &'a [Candidate<'a>],
+    /// The request's block hashes; empty for policies that do not use the index.
+    pub hashes: &'a [u64],
+    pub index: &'a PrefixIndex,
+    pub config: &'a RouterConfig,
+    pub rng: &'a mut dyn RngCore,
+}
+
+impl fmt::Debug for PolicyInput<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyInput")
+            .field("model", &self.model)
+            .field("pods", &self.pods)
+            .field("hashes", &self.hashes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A policy's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    /// Index into [`PolicyInput::pods`].
+    pub pod: usize,
+    pub selection: Option<Selection>,
+    pub match_percent: Option<u8>,
+    pub imbalance: bool,
+}
+
+impl Choice {
+    /// A choice made without the prefix index.
+    pub fn plain(pod: usize) -> Self {
+        Choice {
+            pod,
+            selection: None,
+            match_percent: None,
+            imbalance: false,
+        }
+    }
+}
+
+/// A routing policy.
+pub trait Policy: Send + Sync + fmt::Debug {
+    /// Picks one of `input.pods`. Called with at least two pods.
+    fn choose(&self, input: &mut PolicyInput<'_>) -> Choice;
+}
