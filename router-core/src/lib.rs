@@ -26,7 +26,7 @@ pub mod router;
 pub mod text;
 pub mod tokenize;
 
-pub use config::RouterConfig;
+pub use config::{ConfigError, RouterConfig};
 pub use decision::{Decision, MatchBucket, Selection};
 pub use load::{Candidate, EngineStats, OutstandingGuard, PodLoad};
 pub use policy::Strategy;

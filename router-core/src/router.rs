@@ -8,7 +8,7 @@
 use rand::RngCore;
 
 use crate::Millis;
-use crate::config::RouterConfig;
+use crate::config::{ConfigError, RouterConfig};
 use crate::decision::Decision;
 use crate::hash::block_hashes;
 use crate::index::PrefixIndex;
@@ -55,17 +55,18 @@ pub struct Router {
 }
 
 impl Router {
-    /// A router with the given settings.
-    pub fn new(config: RouterConfig) -> Self {
+    /// A router with the given settings (validated; the tokenizer is loaded here).
+    pub fn new(config: RouterConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
         let ttl = config.eviction_duration_mins.saturating_mul(60_000);
-        Router {
+        Ok(Router {
             index: PrefixIndex::new(config.block_capacity, ttl),
             tokenizer: Box::new(CharacterTokenizer),
             random: Random,
             least_request: LeastRequest,
             prefix_cache: PrefixCache,
             config,
-        }
+        })
     }
 
     /// The settings this router runs with.
