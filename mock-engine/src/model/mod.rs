@@ -1,0 +1,1 @@
+//! The engine model (placeholder until the mock-engine model lands).

@@ -1,0 +1,1 @@
+//! The engine's HTTP server (placeholder until the mock-engine server lands).

@@ -1,0 +1,1 @@
+//! The mock's deterministic tokenizer (placeholder until the mock-engine model lands).
