@@ -1,1 +1,9 @@
-//! loadgen: the 24-phase routing matrix, live, local and simulated.
+//! loadgen: the 24-phase routing matrix, live, local and simulated, in the seed's schema.
+//!
+//! Three parts, kept apart so the live and simulated paths share everything but the sending:
+//! - [`workload`]: what to send and when (matrix file, prompts, schedule, priming plans);
+//! - [`measure`]: what it meant (per-request records → phase results in the seed's schema);
+//! - [`run`]: how to send it (the simulated runner on a virtual clock);
+//! - [`report`]: tables and charts from result files.
+
+pub mod workload;

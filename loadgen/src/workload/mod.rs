@@ -1,0 +1,73 @@
+//! What traffic to send: the matrix definition, prompts, schedules and priming plans.
+//!
+//! Pure: no I/O (beyond [`Matrix::load`] reading its file), no clock, no threads. Runners
+//! (simulated or live) ask this module what to send and when, send it, and hand what
+//! happened to [`crate::measure`].
+
+pub mod matrix;
+pub mod priming;
+pub mod prompt;
+pub mod schedule;
+pub mod seeding;
+
+pub use matrix::{Matrix, MatrixError, PhaseSpec, Priming, WorkloadShape};
+pub use priming::{HotAssignment, choose_hot_families, family_owners, initial_owners};
+pub use schedule::{PlannedRequest, family_counts, plan_requests};
+
+impl PhaseSpec {
+    /// The prefix of candidate `candidate` in setup attempt `attempt` (families of cold and
+    /// warm phases are candidates `0..families` of attempt 0).
+    pub fn prefix(&self, attempt: u32, candidate: usize) -> String {
+        prompt::family_prefix(
+            &self.name,
+            self.seed,
+            attempt,
+            candidate,
+            self.shape.prefix_tokens,
+        )
+    }
+
+    /// The full prompt of a measured request whose family uses `prefix`.
+    pub fn measured_prompt(&self, prefix: &str, request: &PlannedRequest) -> String {
+        let tail = prompt::request_tail(
+            &self.name,
+            self.seed,
+            "measure",
+            request.index,
+            request.tail_tokens,
+        );
+        prompt::join(prefix, &tail)
+    }
+
+    /// The full prompt of priming request `index` of kind `tag` (its tail is the shortest
+    /// allowed, with its own nonce).
+    pub fn priming_prompt(&self, prefix: &str, tag: &str, index: usize) -> String {
+        let tail = prompt::request_tail(
+            &self.name,
+            self.seed,
+            tag,
+            index,
+            self.shape.tail_tokens[0],
+        );
+        prompt::join(prefix, &tail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_have_the_seed_sizes_under_the_mock_tokenizer() {
+        let phase = &Matrix::builtin().unwrap().phases()[0];
+        let prefix = phase.prefix(0, 3);
+        assert_eq!(mock_engine::tokenizer::encode(&prefix).len(), 4704);
+        for request in plan_requests(phase).iter().take(12) {
+            let text = phase.measured_prompt(&prefix, request);
+            let tokens = mock_engine::tokenizer::encode(&text).len();
+            assert!((5037..=5057).contains(&tokens), "{tokens} tokens");
+        }
+        let priming = phase.priming_prompt(&prefix, "warm", 0);
+        assert_eq!(mock_engine::tokenizer::encode(&priming).len(), 4704 + 333);
+    }
+}

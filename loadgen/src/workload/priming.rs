@@ -1,0 +1,137 @@
+//! Priming plans (SPEC §5.1): which prefixes to prime where, and the balanced choice of
+//! families after hot priming.
+//!
+//! Runners execute the plan (directly on replicas, or through the router/gateway) and report
+//! which replica each routed priming request landed on; the functions here turn those
+//! owners into the seed's `family_map`, `initial_owners` and `initial_prefix_owners`. Pure:
+//! no I/O, no randomness.
+
+use std::collections::BTreeMap;
+
+/// The outcome of a hot setup attempt that found a balanced choice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotAssignment {
+    /// `family_map[f]` is the candidate whose prefix family `f` uses.
+    pub family_map: Vec<usize>,
+    /// The replica that owns family 0 (the hot family).
+    pub hot_replica: String,
+}
+
+/// The replica that gets the hot family: the last by name. The seed's harness put family 0
+/// on `L20-B` (the second of two) in all ten hot phases; "last by name" reproduces that and
+/// is defined for any number of replicas.
+pub fn hot_replica(replicas: &[String]) -> Option<&String> {
+    replicas.iter().max()
+}
+
+/// Chooses `families` candidates so each replica owns its share: `families / n`, one more for
+/// the first `families % n` replicas in assignment order (the hot replica first, then the
+/// others by name). Each replica contributes its lowest-numbered owned candidates, to
+/// consecutive families: with two replicas the hot one gets families 0–3 and the other 4–7,
+/// as in the seed. `None` when some replica owns too few candidates (the caller retries with
+/// fresh candidates).
+///
+/// `owners[c]` is the replica candidate `c` was routed to.
+pub fn choose_hot_families(
+    owners: &[String],
+    replicas: &[String],
+    families: usize,
+) -> Option<HotAssignment> {
+    let hot = hot_replica(replicas)?.clone();
+    let mut order: Vec<&String> = replicas.iter().filter(|r| **r != hot).collect();
+    order.sort();
+    order.insert(0, &hot);
+    let n = order.len();
+    let mut family_map = Vec::with_capacity(families);
+    for (i, replica) in order.iter().enumerate() {
+        let quota = families / n + usize::from(i < families % n);
+        let owned: Vec<usize> = owners
+            .iter()
+            .enumerate()
+            .filter(|(_, owner)| owner == replica)
+            .map(|(c, _)| c)
+            .take(quota)
+            .collect();
+        if owned.len() < quota {
+            return None;
+        }
+        family_map.extend(owned);
+    }
+    Some(HotAssignment {
+        family_map,
+        hot_replica: hot,
+    })
+}
+
+/// The seed's `initial_owners`: replica → the candidates it owns, ascending; every replica is
+/// listed, owning nothing or not.
+pub fn initial_owners(owners: &[String], replicas: &[String]) -> BTreeMap<String, Vec<usize>> {
+    let mut map: BTreeMap<String, Vec<usize>> =
+        replicas.iter().map(|r| (r.clone(), Vec::new())).collect();
+    for (c, owner) in owners.iter().enumerate() {
+        map.entry(owner.clone()).or_default().push(c);
+    }
+    map
+}
+
+/// The seed's `initial_prefix_owners` for hot phases: family → `[owner of its candidate]`.
+pub fn family_owners(family_map: &[usize], owners: &[String]) -> BTreeMap<String, Vec<String>> {
+    family_map
+        .iter()
+        .enumerate()
+        .filter_map(|(f, &c)| owners.get(c).map(|o| (f.to_string(), vec![o.clone()])))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn reproduces_the_seed_r1_hot50_prefix_cache_choice() {
+        // initial_owners of r1-hot50-prefix-cache: A owns 0,1,2,3,4,7,9,10,12,14,15; B the rest.
+        let b = [5, 6, 8, 11, 13];
+        let owners: Vec<String> = (0..16)
+            .map(|c| if b.contains(&c) { "L20-B" } else { "L20-A" }.to_owned())
+            .collect();
+        let replicas = names(&["L20-A", "L20-B"]);
+        let got = choose_hot_families(&owners, &replicas, 8).unwrap();
+        assert_eq!(got.family_map, vec![5, 6, 8, 11, 0, 1, 2, 3]);
+        assert_eq!(got.hot_replica, "L20-B");
+        let fam = family_owners(&got.family_map, &owners);
+        assert_eq!(fam["0"], vec!["L20-B".to_owned()]);
+        assert_eq!(fam["7"], vec!["L20-A".to_owned()]);
+        let init = initial_owners(&owners, &replicas);
+        assert_eq!(init["L20-B"], b.to_vec());
+        assert_eq!(init["L20-A"].len(), 11);
+    }
+
+    #[test]
+    fn unbalanced_owners_have_no_choice() {
+        let mut owners = vec!["L20-A".to_owned(); 16];
+        owners[3] = "L20-B".into();
+        owners[9] = "L20-B".into();
+        owners[12] = "L20-B".into();
+        assert_eq!(
+            choose_hot_families(&owners, &names(&["L20-A", "L20-B"]), 8),
+            None
+        );
+        assert_eq!(choose_hot_families(&owners, &[], 8), None);
+    }
+
+    #[test]
+    fn shares_split_over_three_replicas() {
+        let replicas = names(&["a", "b", "c"]);
+        let owners: Vec<String> = (0..16).map(|c| replicas[c % 3].clone()).collect();
+        let got = choose_hot_families(&owners, &replicas, 8).unwrap();
+        // c (hot) gets 3, a gets 3, b gets 2.
+        assert_eq!(got.family_map, vec![2, 5, 8, 0, 3, 6, 1, 4]);
+        assert_eq!(got.hot_replica, "c");
+        let init = initial_owners(&owners[..2], &replicas);
+        assert_eq!(init["c"], Vec::<usize>::new());
+    }
+}
