@@ -1,0 +1,181 @@
+//! Engine profiles: the limits and step-time coefficients of one simulated hardware/model
+//! pair, read from `config/engines/<name>.toml`.
+//!
+//! Coefficients live in these files and never in code, because the simulated system sits near
+//! a tipping point (SPEC §4.3) and calibration against the seed must be able to move them. The
+//! builtin profiles are embedded with `include_str!` so binaries work from any directory.
+//! Parsing is strict: unknown keys and nonsensical values are errors naming the key.
+
+use serde::Deserialize;
+use std::path::Path;
+
+use super::Seconds;
+
+/// The seed's hardware: a ~27B FP8 model on one NVIDIA L20.
+const L20_QWEN27B_FP8: &str = include_str!("../../../config/engines/l20-qwen27b-fp8.toml");
+/// Near-zero step time and generous limits, for measuring the gateway's own overhead.
+const FAST: &str = include_str!("../../../config/engines/fast.toml");
+
+/// The names [`EngineProfile::builtin`] knows, in a stable order (for `--help` texts).
+pub const BUILTIN_PROFILES: &[&str] = &["l20-qwen27b-fp8", "fast"];
+
+/// Limits and step-time coefficients of one engine. Step duration (reference §5.2):
+/// `T = t0 + a_d·decode_seqs + c_kv·Σ decode context + a_p·prefill tokens
+///      + c_att·Σ over prefill chunks L·(s + L/2)`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineProfile {
+    /// Profile name, reported in logs and `vllm:cache_config_info`.
+    pub name: String,
+    /// At most this many requests run (hold KV and take part in steps) at once.
+    pub max_num_seqs: usize,
+    /// Token budget of one step (decode tokens + prefill chunk tokens).
+    pub max_num_batched_tokens: usize,
+    /// Tokens per KV block (vLLM's default 16).
+    pub block_size: usize,
+    /// KV blocks including vLLM's reserved null block, so `num_gpu_blocks - 1` are usable.
+    pub num_gpu_blocks: usize,
+    /// Longest prompt + max_tokens accepted (vLLM answers 400 beyond it).
+    pub max_model_len: usize,
+    /// Fixed time from arrival (HTTP parsing, tokenization) until the scheduler can see it.
+    pub frontend_overhead: Seconds,
+    /// Fixed cost of every step (streaming the weights once).
+    pub t0: Seconds,
+    /// Cost per decoding sequence in a step.
+    pub a_d: Seconds,
+    /// Cost per context token read by decode attention.
+    pub c_kv: Seconds,
+    /// Cost per uncached prompt token computed in a step.
+    pub a_p: Seconds,
+    /// Cost per (query, key) pair of prefill attention.
+    pub c_att: Seconds,
+}
+
+/// Why a profile could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// Not a builtin name and no file at that path.
+    #[error("unknown engine profile `{name}` (builtin: {builtin}; or give a path to a .toml file)")]
+    Unknown { name: String, builtin: String },
+    /// The file exists but could not be read.
+    #[error("cannot read engine profile {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not valid TOML, a missing or unknown key, or a value of the wrong type; toml's message
+    /// names the key.
+    #[error("invalid engine profile: {0}")]
+    Parse(#[from] toml::de::Error),
+    /// Well-formed but nonsensical (zero sequences, a negative time, KV too small).
+    #[error("invalid engine profile: `{key}` {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+impl EngineProfile {
+    /// A profile shipped with the binary, by name (`"l20-qwen27b-fp8"`, `"fast"`).
+    pub fn builtin(name: &str) -> Option<EngineProfile> {
+        let text = match name {
+            "l20-qwen27b-fp8" => L20_QWEN27B_FP8,
+            "fast" => FAST,
+            _ => return None,
+        };
+        // The embedded files are checked by this module's tests, so a failure here means the
+        // shipped file was edited into something invalid; report it as "not available".
+        EngineProfile::from_toml_str(text).ok()
+    }
+
+    /// Parses and validates a profile from TOML text.
+    pub fn from_toml_str(text: &str) -> Result<EngineProfile, ProfileError> {
+        let profile: EngineProfile = toml::from_str(text)?;
+        profile.validate()?;
+        Ok(profile)
+    }
+
+    /// A builtin name, or else a path to a `.toml` file.
+    pub fn load(name_or_path: &str) -> Result<EngineProfile, ProfileError> {
+        if let Some(profile) = EngineProfile::builtin(name_or_path) {
+            return Ok(profile);
+        }
+        let path = Path::new(name_or_path);
+        if !path.exists() {
+            return Err(ProfileError::Unknown {
+                name: name_or_path.to_owned(),
+                builtin: BUILTIN_PROFILES.join(", "),
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
+            path: name_or_path.to_owned(),
+            source,
+        })?;
+        EngineProfile::from_toml_str(&text)
+    }
+
+    /// KV blocks a request may actually use (vLLM reserves block 0 as its null block).
+    pub fn usable_blocks(&self) -> usize {
+        self.num_gpu_blocks.saturating_sub(1)
+    }
+
+    /// Rejects values the model cannot run with, naming the key.
+    pub fn validate(&self) -> Result<(), ProfileError> {
+        let invalid = |key: &'static str, reason: &str| {
+            Err(ProfileError::Invalid {
+                key,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.name.trim().is_empty() {
+            return invalid("name", "must not be empty");
+        }
+        for (key, value) in [
+            ("max_num_seqs", self.max_num_seqs),
+            ("max_num_batched_tokens", self.max_num_batched_tokens),
+            ("block_size", self.block_size),
+            ("max_model_len", self.max_model_len),
+        ] {
+            if value == 0 {
+                return invalid(key, "must be at least 1");
+            }
+        }
+        if self.num_gpu_blocks < 2 {
+            return invalid(
+                "num_gpu_blocks",
+                "must be at least 2 (one is vLLM's null block)",
+            );
+        }
+        // vLLM refuses to start when one max-length request cannot fit in the KV cache; the
+        // same rule guarantees here that a request running alone always makes progress.
+        let capacity = self.usable_blocks().saturating_mul(self.block_size);
+        if capacity < self.max_model_len {
+            return Err(ProfileError::Invalid {
+                key: "num_gpu_blocks",
+                reason: format!(
+                    "holds {capacity} tokens, fewer than max_model_len = {}",
+                    self.max_model_len
+                ),
+            });
+        }
+        for (key, value) in [
+            ("frontend_overhead", self.frontend_overhead),
+            ("t0", self.t0),
+            ("a_d", self.a_d),
+            ("c_kv", self.c_kv),
+            ("a_p", self.a_p),
+            ("c_att", self.c_att),
+        ] {
+            if !value.is_finite() || value < 0.0 {
+                return Err(ProfileError::Invalid {
+                    key,
+                    reason: format!("must be a finite number of seconds ≥ 0, got {value}"),
+                });
+            }
+        }
+        // Every step must take time, or a virtual clock could run an unbounded number of
+        // steps at one instant.
+        if self.t0 <= 0.0 {
+            return invalid("t0", "must be greater than 0");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1 @@
+//! (being written: see mod.rs for the plan)
