@@ -14,7 +14,7 @@ use crate::hash::block_hashes;
 use crate::index::PrefixIndex;
 use crate::load::{Candidate, OutstandingGuard};
 use crate::policy::{LeastRequest, Policy, PolicyInput, PrefixCache, Random, Strategy};
-use crate::tokenize::{CharacterTokenizer, TokenizeError, Tokenizer};
+use crate::tokenize::{self, TokenizeError, Tokenizer};
 
 /// What the router needs to know about one request.
 #[derive(Debug, Clone, Copy)]
@@ -58,10 +58,9 @@ impl Router {
     /// A router with the given settings (validated; the tokenizer is loaded here).
     pub fn new(config: RouterConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let ttl = config.eviction_duration_mins.saturating_mul(60_000);
         Ok(Router {
-            index: PrefixIndex::new(config.block_capacity, ttl),
-            tokenizer: Box::new(CharacterTokenizer),
+            index: PrefixIndex::new(config.block_capacity, config.ttl_millis()),
+            tokenizer: tokenize::from_config(&config)?,
             random: Random,
             least_request: LeastRequest,
             prefix_cache: PrefixCache,

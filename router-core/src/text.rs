@@ -1,8 +1,24 @@
 //! The routing fields of an OpenAI request body: model, stream flag, message text.
 //!
-//! (Placeholder; the implementation lands with the router-core issue.)
+//! Only what routing needs is read, and the body is never re-serialised: the gateway forwards
+//! the original bytes. The message text follows AIBrix v0.7.0 (`validateChatRequest`,
+//! `parseChatMessages`) so that both gateways hash the same bytes:
+//! - `/v1/chat/completions`: every message's `content`, joined with one ASCII space. A JSON
+//!   string is unescaped; any other JSON value (array of parts, object, `null`) contributes its
+//!   raw JSON bytes exactly as the client sent them. A message without `content` contributes
+//!   the empty string (it still takes its place in the join). Roles, names and tools are not
+//!   part of the text.
+//! - `/v1/completions`: `prompt`, which must be a string. An array prompt (batched or token
+//!   ids) is a client error, as in AIBrix.
+//! - `/v1/embeddings`: no text (the request is routed by load only).
+//!
+//! Every other field is ignored; a field routing reads with the wrong type is an error that
+//! names the field.
 
-use serde::Deserialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 
 /// Which OpenAI endpoint a body was sent to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,21 +48,298 @@ pub enum BodyError {
     InvalidField { field: &'static str, reason: String },
 }
 
+impl BodyError {
+    fn field(field: &'static str, reason: impl Into<String>) -> Self {
+        BodyError::InvalidField {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The top-level fields routing reads, each kept as raw JSON so that its type can be checked
+/// with an error naming the field, and so that `null` is told apart from absence.
 #[derive(Deserialize)]
-struct Minimal {
-    model: Option<String>,
-    #[serde(default)]
-    stream: bool,
+struct TopLevel<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    model: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    stream: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    messages: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    prompt: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    content: Option<&'a RawValue>,
+}
+
+/// `Some` for any present value, `null` included (plain `Option` would turn `null` into
+/// `None`, and a `null` content must contribute the bytes `null` to the text).
+fn present<'de, D: Deserializer<'de>>(de: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue>::deserialize(de).map(Some)
 }
 
 /// Parses just what routing needs from `body`.
-pub fn routing_fields(_endpoint: Endpoint, body: &[u8]) -> Result<RoutingFields, BodyError> {
-    let minimal: Minimal =
+pub fn routing_fields(endpoint: Endpoint, body: &[u8]) -> Result<RoutingFields, BodyError> {
+    // serde would also build the struct from a JSON array; a body must be an object.
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        return Err(BodyError::InvalidJson("expected a JSON object".to_owned()));
+    }
+    let top: TopLevel<'_> =
         serde_json::from_slice(body).map_err(|e| BodyError::InvalidJson(e.to_string()))?;
-    let model = minimal.model.ok_or(BodyError::MissingModel)?;
+    let model = model(top.model)?;
+    let stream = stream(top.stream)?;
+    let text = match endpoint {
+        Endpoint::ChatCompletions => chat_text(top.messages)?,
+        Endpoint::Completions => prompt_text(top.prompt)?,
+        Endpoint::Embeddings => String::new(),
+    };
     Ok(RoutingFields {
         model,
-        stream: minimal.stream,
-        text: String::new(),
+        stream,
+        text,
     })
+}
+
+fn model(raw: Option<&RawValue>) -> Result<String, BodyError> {
+    let raw = raw.ok_or(BodyError::MissingModel)?;
+    let model = json_string(raw).ok_or_else(|| BodyError::field("model", "must be a string"))?;
+    if model.is_empty() {
+        return Err(BodyError::field("model", "must not be empty"));
+    }
+    Ok(model.into_owned())
+}
+
+/// `stream` may be absent or `null` (both mean `false`, as in the OpenAI API) or a boolean.
+fn stream(raw: Option<&RawValue>) -> Result<bool, BodyError> {
+    match raw.map(RawValue::get) {
+        None | Some("null") => Ok(false),
+        Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(_) => Err(BodyError::field("stream", "must be a boolean")),
+    }
+}
+
+fn chat_text(raw: Option<&RawValue>) -> Result<String, BodyError> {
+    let raw = raw.ok_or_else(|| BodyError::field("messages", "is required"))?;
+    let messages: Vec<&RawValue> = serde_json::from_str(raw.get())
+        .map_err(|_| BodyError::field("messages", "must be an array"))?;
+    let mut text = String::with_capacity(raw.get().len());
+    for (i, message) in messages.into_iter().enumerate() {
+        if !message.get().starts_with('{') {
+            return Err(BodyError::field(
+                "messages",
+                format!("element {i} must be an object"),
+            ));
+        }
+        let message: Message<'_> = serde_json::from_str(message.get())
+            .map_err(|e| BodyError::field("messages", format!("element {i}: {e}")))?;
+        if i > 0 {
+            text.push(' ');
+        }
+        if let Some(content) = message.content {
+            match json_string(content) {
+                Some(s) => text.push_str(&s),
+                // Non-string content is hashed as sent, so no re-serialisation can change it.
+                None => text.push_str(content.get()),
+            }
+        }
+    }
+    Ok(text)
+}
+
+fn prompt_text(raw: Option<&RawValue>) -> Result<String, BodyError> {
+    let raw = raw.ok_or_else(|| BodyError::field("prompt", "is required"))?;
+    match json_string(raw) {
+        Some(s) => Ok(s.into_owned()),
+        None if raw.get().starts_with('[') => Err(BodyError::field(
+            "prompt",
+            "must be a string (array prompts are not supported)",
+        )),
+        None => Err(BodyError::field("prompt", "must be a string")),
+    }
+}
+
+/// The unescaped string when `raw` is a JSON string, borrowed when it has no escapes.
+fn json_string(raw: &RawValue) -> Option<Cow<'_, str>> {
+    if !raw.get().starts_with('"') {
+        return None;
+    }
+    serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(body: &str) -> Result<RoutingFields, BodyError> {
+        routing_fields(Endpoint::ChatCompletions, body.as_bytes())
+    }
+
+    fn completion(body: &str) -> Result<RoutingFields, BodyError> {
+        routing_fields(Endpoint::Completions, body.as_bytes())
+    }
+
+    #[test]
+    fn chat_contents_are_joined_with_one_space() {
+        let fields = chat(
+            r#"{"model":"m","stream":true,"messages":[
+                {"role":"system","content":"be brief"},
+                {"role":"user","content":"hello\nworld \"q\" \u00e9"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(fields.model, "m");
+        assert!(fields.stream);
+        assert_eq!(fields.text, "be brief hello\nworld \"q\" é");
+    }
+
+    #[test]
+    fn non_string_content_is_kept_as_raw_json_bytes() {
+        let fields = chat(
+            r#"{"model":"m","messages":[{"role":"user","content":[ {"type":"text", "text":"a\u0041"} ]},{"role":"assistant","content":null},{"role":"user","content":{"k":1}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            fields.text,
+            r#"[ {"type":"text", "text":"a\u0041"} ] null {"k":1}"#
+        );
+        assert!(!fields.stream);
+    }
+
+    #[test]
+    fn message_without_content_contributes_an_empty_string() {
+        let fields = chat(r#"{"model":"m","messages":[{"role":"user"},{"content":"x"}]}"#).unwrap();
+        assert_eq!(fields.text, " x");
+        let empty = chat(r#"{"model":"m","messages":[]}"#).unwrap();
+        assert_eq!(empty.text, "");
+    }
+
+    #[test]
+    fn completion_prompt_must_be_a_string() {
+        let fields = completion(r#"{"model":"m","prompt":"tab\there","stream":false}"#).unwrap();
+        assert_eq!(fields.text, "tab\there");
+        let err = completion(r#"{"model":"m","prompt":["a","b"]}"#).unwrap_err();
+        assert!(
+            matches!(err, BodyError::InvalidField { field: "prompt", ref reason } if reason.contains("array")),
+            "{err:?}"
+        );
+        let err = completion(r#"{"model":"m","prompt":[1,2,3]}"#).unwrap_err();
+        assert!(matches!(
+            err,
+            BodyError::InvalidField {
+                field: "prompt",
+                ..
+            }
+        ));
+        let err = completion(r#"{"model":"m","prompt":7}"#).unwrap_err();
+        assert!(matches!(
+            err,
+            BodyError::InvalidField {
+                field: "prompt",
+                ..
+            }
+        ));
+        let err = completion(r#"{"model":"m"}"#).unwrap_err();
+        assert!(matches!(
+            err,
+            BodyError::InvalidField {
+                field: "prompt",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn embeddings_have_no_text() {
+        let fields =
+            routing_fields(Endpoint::Embeddings, br#"{"model":"e","input":["a","b"]}"#).unwrap();
+        assert_eq!(fields.text, "");
+        assert_eq!(fields.model, "e");
+    }
+
+    #[test]
+    fn model_must_be_a_non_empty_string() {
+        assert_eq!(
+            chat(r#"{"messages":[]}"#).unwrap_err(),
+            BodyError::MissingModel
+        );
+        for body in [
+            r#"{"model":"","messages":[]}"#,
+            r#"{"model":3,"messages":[]}"#,
+            r#"{"model":null,"messages":[]}"#,
+        ] {
+            let err = chat(body).unwrap_err();
+            assert!(
+                matches!(err, BodyError::InvalidField { field: "model", .. }),
+                "{body}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn messages_must_be_an_array_of_objects() {
+        for body in [
+            r#"{"model":"m"}"#,
+            r#"{"model":"m","messages":"hi"}"#,
+            r#"{"model":"m","messages":null}"#,
+            r#"{"model":"m","messages":["hi"]}"#,
+        ] {
+            let err = chat(body).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    BodyError::InvalidField {
+                        field: "messages",
+                        ..
+                    }
+                ),
+                "{body}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn stream_must_be_a_boolean_or_null() {
+        assert!(
+            !completion(r#"{"model":"m","prompt":"p","stream":null}"#)
+                .unwrap()
+                .stream
+        );
+        let err = completion(r#"{"model":"m","prompt":"p","stream":"yes"}"#).unwrap_err();
+        assert!(matches!(
+            err,
+            BodyError::InvalidField {
+                field: "stream",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn malformed_bodies_are_invalid_json() {
+        for body in ["", "{", "[1,2]", "\"model\"", "{\"model\":\"m\"} trailing"] {
+            assert!(
+                matches!(chat(body), Err(BodyError::InvalidJson(_))),
+                "{body:?}"
+            );
+        }
+        let invalid_utf8 = routing_fields(
+            Endpoint::Completions,
+            b"{\"model\":\"\xff\",\"prompt\":\"p\"}",
+        );
+        assert!(matches!(invalid_utf8, Err(BodyError::InvalidJson(_))));
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored() {
+        let fields = completion(
+            r#"{"model":"m","prompt":"p","max_tokens":5,"extra":{"deep":[1,{"x":null}]}}"#,
+        )
+        .unwrap();
+        assert_eq!(fields.text, "p");
+    }
 }

@@ -1,10 +1,28 @@
 //! Tokenizers turn message text into the byte stream that is cut into blocks and hashed.
 //!
-//! (Placeholder; tiktoken and hf land with the router-core issue.)
+//! The block size is counted in bytes of this stream, as in AIBrix: with `character` a
+//! 128-byte block is 128 UTF-8 bytes of text; with `tiktoken` or `hf` every token id is
+//! written as 4 bytes big-endian, so a 128-byte block is 32 tokens. One file per tokenizer;
+//! [`from_config`] picks one when the [`Router`](crate::Router) is built, so a bad choice is a
+//! start-up error rather than a per-request one.
 
 use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
 
 use serde::Deserialize;
+
+use crate::config::{ConfigError, RouterConfig};
+
+mod character;
+#[cfg(feature = "hf")]
+mod hf;
+mod tiktoken;
+
+pub use character::CharacterTokenizer;
+#[cfg(feature = "hf")]
+pub use hf::HfTokenizer;
+pub use tiktoken::TiktokenTokenizer;
 
 /// Which tokenizer to use (`AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -19,6 +37,48 @@ pub enum TokenizerKind {
     Hf,
 }
 
+impl TokenizerKind {
+    /// Every kind, in the order `--help` lists them.
+    pub const ALL: [TokenizerKind; 3] = [
+        TokenizerKind::Character,
+        TokenizerKind::Tiktoken,
+        TokenizerKind::Hf,
+    ];
+
+    /// The config and environment value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenizerKind::Character => "character",
+            TokenizerKind::Tiktoken => "tiktoken",
+            TokenizerKind::Hf => "hf",
+        }
+    }
+}
+
+impl fmt::Display for TokenizerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A tokenizer name that is not one of `character`, `tiktoken`, `hf`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown tokenizer {0:?} (known: character, tiktoken, hf)")]
+pub struct UnknownTokenizer(pub String);
+
+impl FromStr for TokenizerKind {
+    type Err = UnknownTokenizer;
+
+    /// Exact names only. AIBrix maps every unknown value (typos, `remote`) to `character`
+    /// silently; we refuse, because a silent fallback changes every hash.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TokenizerKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == s)
+            .ok_or_else(|| UnknownTokenizer(s.to_owned()))
+    }
+}
+
 /// Why text could not be tokenized.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("tokenizer failed: {0}")]
@@ -29,12 +89,92 @@ pub trait Tokenizer: Send + Sync + std::fmt::Debug {
     fn bytes<'t>(&self, text: &'t str) -> Result<Cow<'t, [u8]>, TokenizeError>;
 }
 
-/// The default: the text's own UTF-8 bytes.
-#[derive(Debug, Default)]
-pub struct CharacterTokenizer;
+/// Writes token ids as 4 bytes big-endian each (AIBrix's `IntToByteArray` layout).
+pub(crate) fn ids_to_be_bytes(ids: impl ExactSizeIterator<Item = u32>) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(ids.len() * 4);
+    for id in ids {
+        bytes.extend_from_slice(&id.to_be_bytes());
+    }
+    bytes
+}
 
-impl Tokenizer for CharacterTokenizer {
-    fn bytes<'t>(&self, text: &'t str) -> Result<Cow<'t, [u8]>, TokenizeError> {
-        Ok(Cow::Borrowed(text.as_bytes()))
+/// The tokenizer the configuration asks for, loaded now (vocabularies and files are read
+/// here, once, never per request).
+pub fn from_config(config: &RouterConfig) -> Result<Box<dyn Tokenizer>, ConfigError> {
+    match config.tokenizer {
+        TokenizerKind::Character => Ok(Box::new(CharacterTokenizer)),
+        TokenizerKind::Tiktoken => Ok(Box::new(TiktokenTokenizer::cl100k_base()?)),
+        TokenizerKind::Hf => hf_from_config(config),
+    }
+}
+
+#[cfg(feature = "hf")]
+fn hf_from_config(config: &RouterConfig) -> Result<Box<dyn Tokenizer>, ConfigError> {
+    let path = config
+        .hf_tokenizer_path
+        .as_deref()
+        .ok_or_else(|| ConfigError {
+            key: "hf_tokenizer_path".to_owned(),
+            value: String::new(),
+            reason: "the hf tokenizer needs the path of a local tokenizer.json".to_owned(),
+        })?;
+    Ok(Box::new(HfTokenizer::from_file(path)?))
+}
+
+#[cfg(not(feature = "hf"))]
+fn hf_from_config(_config: &RouterConfig) -> Result<Box<dyn Tokenizer>, ConfigError> {
+    Err(ConfigError {
+        key: "tokenizer".to_owned(),
+        value: "hf".to_owned(),
+        reason: "this build has no hf tokenizer support (rebuild router-core with the `hf` \
+                 feature)"
+            .to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_round_trip_through_their_names() {
+        for kind in TokenizerKind::ALL {
+            assert_eq!(kind.as_str().parse::<TokenizerKind>(), Ok(kind));
+        }
+        assert!("remote".parse::<TokenizerKind>().is_err());
+        assert!("Character".parse::<TokenizerKind>().is_err());
+    }
+
+    #[test]
+    fn ids_are_written_big_endian() {
+        assert_eq!(
+            ids_to_be_bytes([1u32, 0x0102_0304].into_iter()),
+            [0, 0, 0, 1, 1, 2, 3, 4]
+        );
+    }
+
+    #[test]
+    fn config_selects_the_tokenizer() {
+        let character = from_config(&RouterConfig::default()).unwrap();
+        assert_eq!(&*character.bytes("hé").unwrap(), "hé".as_bytes());
+        let tiktoken = from_config(&RouterConfig {
+            tokenizer: TokenizerKind::Tiktoken,
+            ..RouterConfig::default()
+        })
+        .unwrap();
+        assert_eq!(tiktoken.bytes("hello world").unwrap().len() % 4, 0);
+    }
+
+    #[cfg(not(feature = "hf"))]
+    #[test]
+    fn hf_without_the_feature_is_a_config_error() {
+        let err = from_config(&RouterConfig {
+            tokenizer: TokenizerKind::Hf,
+            hf_tokenizer_path: Some("tokenizer.json".into()),
+            ..RouterConfig::default()
+        })
+        .unwrap_err();
+        assert_eq!(err.key, "tokenizer");
+        assert!(err.reason.contains("`hf` feature"), "{err}");
     }
 }

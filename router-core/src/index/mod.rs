@@ -1,0 +1,207 @@
+//! The prefix index: block hash → model → pods that were sent that block (AIBrix's local
+//! indexer, `prefixcacheindexer/hash.go` over `lrustore`).
+//!
+//! Semantics, as in AIBrix v0.7.0:
+//! - **Add** records every full block of a routed request for the chosen pod and refreshes the
+//!   block's LRU position and TTL stamp. **Lookups refresh nothing**: a block that is only
+//!   matched, never re-added, ages out.
+//! - **Capacity** is in blocks, shared by all models; a new block past capacity evicts the
+//!   least recently *added* block, whole (every model and pod in it).
+//! - **TTL**: [`PrefixIndex::sweep`] removes blocks whose last add is strictly more than the
+//!   TTL ago. The index never reads a clock; the caller sweeps periodically
+//!   (`eviction_interval_secs`). Lookups do not check the TTL, as in AIBrix, so an unswept
+//!   block still matches.
+//! - **Match** walks the request's hashes from the first block. Every candidate pod keeps its
+//!   longest leading run of held blocks; `pct = floor((i+1)·100 / n)` with `n` the number of
+//!   full blocks. A pod that stops matching keeps its earlier value and drops out; the walk
+//!   stops when no candidate holds the block. There is no minimum threshold.
+//!
+//! Concurrency: the blocks are split over up to 64 shards by the top bits of the block hash,
+//! each shard with its own lock, map and LRU list, so no lock covers the whole index and
+//! readers and writers of different blocks rarely meet. Each shard holds
+//! `capacity / shards` blocks (the remainder spread one each over the first shards) and
+//! evicts its own oldest block. That approximates one global LRU closely: block hashes are
+//! uniform, so every shard sees the same share of adds, and a shard's oldest block is among
+//! the globally oldest (the shares differ by about `1/√(capacity/shards)`, under 2 % at the
+//! default 200 000 blocks in 64 shards of 3 125). Small indexes (under 2 048 blocks, as in
+//! tests) use a single shard and are an exact LRU.
+//!
+//! Model and pod names are stored as XXH64 digests of the name (8 bytes each): no interner,
+//! no shared string table, and a collision between two live names has probability ~2⁻⁶⁴.
+//!
+//! Memory, per held block, on 64-bit targets: a 48-byte slot (hash, stamp, two `u32` links, a
+//! `Vec` header), 16 bytes per (model, pod) pair on the heap (plus the allocator's ~16-byte
+//! chunk header), and a map bucket of 16 + 1 bytes at a load factor between 7/16 and 7/8:
+//! about **100 bytes for a block held by one pod**, +16 per further pod or model. The default
+//! 200 000 blocks therefore cost about 20 MB. [`PrefixIndex::heap_bytes`] reports the figure
+//! for a live index.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use xxhash_rust::xxh64::xxh64;
+
+use crate::Millis;
+use crate::load::Candidate;
+
+mod shard;
+
+use shard::{ModelKey, PodKey, Shard};
+
+/// At most this many shards (a power of two).
+const MAX_SHARDS: usize = 64;
+/// Shards are only split off while each keeps at least this many blocks, so that small
+/// indexes stay exact LRUs.
+const MIN_BLOCKS_PER_SHARD: usize = 1024;
+
+/// Which pods were sent which prompt blocks, per model.
+#[derive(Debug)]
+pub struct PrefixIndex {
+    shards: Box<[Mutex<Shard>]>,
+    /// `64 − log2(shards)`: the shard is the hash's top bits. Unused with one shard.
+    shard_shift: u32,
+    ttl: Millis,
+    capacity: usize,
+}
+
+impl Default for PrefixIndex {
+    /// AIBrix's defaults: 200 000 blocks, 20 minutes.
+    fn default() -> Self {
+        PrefixIndex::new(200_000, 20 * 60 * 1000)
+    }
+}
+
+impl PrefixIndex {
+    /// An index holding at most `capacity_blocks` blocks, each expiring `ttl` after its last
+    /// add. A capacity of 0 is taken as 1 (the config refuses 0).
+    pub fn new(capacity_blocks: usize, ttl: Millis) -> Self {
+        let capacity = capacity_blocks.max(1);
+        let mut count = 1;
+        while count < MAX_SHARDS && capacity / (count * 2) >= MIN_BLOCKS_PER_SHARD {
+            count *= 2;
+        }
+        let shards = (0..count)
+            .map(|i| {
+                let share = capacity / count + usize::from(i < capacity % count);
+                Mutex::new(Shard::new(share))
+            })
+            .collect();
+        PrefixIndex {
+            shards,
+            shard_shift: 64 - count.trailing_zeros(),
+            ttl,
+            capacity,
+        }
+    }
+
+    /// The capacity in blocks.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The TTL since last add, in milliseconds.
+    pub fn ttl(&self) -> Millis {
+        self.ttl
+    }
+
+    /// Per candidate (same order), the percentage of the request's full blocks that the pod
+    /// holds as a contiguous run from the first block; 0 when it holds none.
+    pub fn match_prefix(&self, model: &str, hashes: &[u64], pods: &[Candidate<'_>]) -> Vec<u8> {
+        let names: Vec<&str> = pods.iter().map(|pod| pod.name).collect();
+        self.match_names(model, hashes, &names)
+    }
+
+    /// [`match_prefix`](Self::match_prefix) over bare pod names.
+    pub fn match_names(&self, model: &str, hashes: &[u64], pods: &[&str]) -> Vec<u8> {
+        let mut percents = vec![0u8; pods.len()];
+        if hashes.is_empty() || pods.is_empty() {
+            return percents;
+        }
+        let model = name_key(model);
+        let keys: Vec<PodKey> = pods.iter().map(|name| name_key(name)).collect();
+        let mut alive = vec![true; pods.len()];
+        let total = hashes.len();
+        for (i, &hash) in hashes.iter().enumerate() {
+            let shard = self.shard(hash);
+            let Some(pairs) = shard.pairs(hash) else {
+                break;
+            };
+            // Widened: (i + 1) · 100 overflows nothing in u64 and the quotient is ≤ 100.
+            let pct = ((i as u64 + 1) * 100 / total as u64) as u8;
+            let mut any = false;
+            for (j, key) in keys.iter().enumerate() {
+                if !alive[j] {
+                    continue;
+                }
+                if pairs.contains(&(model, *key)) {
+                    percents[j] = pct;
+                    any = true;
+                } else {
+                    alive[j] = false;
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        percents
+    }
+
+    /// Records every block of a request for `pod`, refreshing LRU order and TTL.
+    pub fn add(&self, model: &str, hashes: &[u64], pod: &str, now: Millis) {
+        let pair = (name_key(model), name_key(pod));
+        for &hash in hashes {
+            self.shard(hash).add(hash, pair, now);
+        }
+    }
+
+    /// Removes blocks not added to for longer than the TTL; returns how many.
+    pub fn sweep(&self, now: Millis) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| lock(shard).sweep(now, self.ttl))
+            .sum()
+    }
+
+    /// Number of blocks held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|shard| lock(shard).len()).sum()
+    }
+
+    /// Whether the index holds no block.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Approximate heap bytes held by the index (for the memory figure in the docs and the
+    /// bench; walks every block, so not for the request path).
+    pub fn heap_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| lock(shard).heap_bytes())
+            .sum()
+    }
+
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
+        let at = if self.shards.len() == 1 {
+            0
+        } else {
+            (hash >> self.shard_shift) as usize
+        };
+        lock(&self.shards[at])
+    }
+}
+
+/// A shard's lock. Nothing inside a shard panics short of a bug; if one ever did, the shard
+/// is still memory-safe and at worst routes a few requests without their prefix, which beats
+/// failing every later request, so a poisoned lock is used as is.
+fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    shard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The key a model or pod name is stored under.
+fn name_key(name: &str) -> ModelKey {
+    xxh64(name.as_bytes(), 0)
+}
+
+#[cfg(test)]
+mod tests;

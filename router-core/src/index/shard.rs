@@ -1,0 +1,286 @@
+//! One shard of the prefix index: a map from block hash to a slot, and the slots threaded on
+//! an intrusive doubly-linked list in order of last add (head = newest, tail = oldest).
+//!
+//! A shard is a plain single-threaded structure; [`super::PrefixIndex`] puts each behind its
+//! own lock. Slots live in one `Vec` and link by `u32` index, so a block costs one slot plus
+//! its (model, pod) pairs and a map entry, with no per-block allocation beyond the pairs.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::Millis;
+
+/// "No slot" in the LRU links.
+const NIL: u32 = u32::MAX;
+
+/// A (model key, pod key) pair; keys are XXH64 digests of the names (see the index module).
+pub(super) type PodKey = u64;
+pub(super) type ModelKey = u64;
+
+#[derive(Debug)]
+struct Slot {
+    hash: u64,
+    /// When the block was last added to (the shard's clock, see [`Shard::clock`]).
+    last_add: Millis,
+    prev: u32,
+    next: u32,
+    /// Every (model, pod) that was sent this block. Grown one at a time with exact capacity:
+    /// most blocks have one or two pairs, and the bound on memory matters more than the rare
+    /// reallocation.
+    pairs: Vec<(ModelKey, PodKey)>,
+}
+
+/// A shard: blocks by hash, with LRU order by add and TTL since add.
+#[derive(Debug)]
+pub(super) struct Shard {
+    capacity: usize,
+    map: HashMap<u64, u32, BuildHasherDefault<BlockHashHasher>>,
+    slots: Vec<Slot>,
+    /// Slots freed by a sweep, reused before the slab grows.
+    free: Vec<u32>,
+    head: u32,
+    tail: u32,
+    /// The latest `now` any add has passed. Adds stamp blocks with this, so stamps never
+    /// decrease from tail to head even when concurrent callers pass slightly out-of-order
+    /// times; the sweep can then stop at the first live block from the tail.
+    clock: Millis,
+}
+
+impl Shard {
+    pub(super) fn new(capacity: usize) -> Self {
+        Shard {
+            capacity,
+            map: HashMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            clock: 0,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    #[cfg(test)]
+    pub(super) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The pairs recorded for `hash`, if the block is held. Does not touch LRU order: AIBrix
+    /// refreshes blocks on add only, so a lookup never saves a block from eviction.
+    pub(super) fn pairs(&self, hash: u64) -> Option<&[(ModelKey, PodKey)]> {
+        let slot = *self.map.get(&hash)?;
+        Some(&self.slots[slot as usize].pairs)
+    }
+
+    /// Records `pair` for block `hash` at `now`, moving the block to the head. A new block
+    /// past capacity evicts the least recently added one (the whole block, every model and
+    /// pod). Returns whether a block was evicted.
+    pub(super) fn add(&mut self, hash: u64, pair: (ModelKey, PodKey), now: Millis) -> bool {
+        self.clock = self.clock.max(now);
+        if let Some(&slot) = self.map.get(&hash) {
+            self.unlink(slot);
+            self.push_head(slot);
+            let entry = &mut self.slots[slot as usize];
+            entry.last_add = self.clock;
+            if !entry.pairs.contains(&pair) {
+                entry.pairs.reserve_exact(1);
+                entry.pairs.push(pair);
+            }
+            return false;
+        }
+        let mut evicted = false;
+        let slot = if self.map.len() >= self.capacity && self.tail != NIL {
+            // Full: reuse the oldest block's slot for the new block.
+            let oldest = self.tail;
+            self.unlink(oldest);
+            self.map.remove(&self.slots[oldest as usize].hash);
+            evicted = true;
+            oldest
+        } else if let Some(slot) = self.free.pop() {
+            slot
+        } else {
+            self.grow_slab();
+            self.slots.push(Slot {
+                hash,
+                last_add: 0,
+                prev: NIL,
+                next: NIL,
+                pairs: Vec::new(),
+            });
+            (self.slots.len() - 1) as u32
+        };
+        let entry = &mut self.slots[slot as usize];
+        entry.hash = hash;
+        entry.last_add = self.clock;
+        entry.pairs.clear();
+        entry.pairs.shrink_to(1);
+        entry.pairs.reserve_exact(1);
+        entry.pairs.push(pair);
+        self.map.insert(hash, slot);
+        self.push_head(slot);
+        evicted
+    }
+
+    /// Removes blocks whose last add is more than `ttl` before `now` (strictly); returns how
+    /// many. Walks from the oldest block and stops at the first live one.
+    pub(super) fn sweep(&mut self, now: Millis, ttl: Millis) -> usize {
+        let mut removed = 0;
+        while self.tail != NIL {
+            let oldest = self.tail;
+            let entry = &self.slots[oldest as usize];
+            if now.saturating_sub(entry.last_add) <= ttl {
+                break;
+            }
+            let hash = entry.hash;
+            self.unlink(oldest);
+            self.map.remove(&hash);
+            let entry = &mut self.slots[oldest as usize];
+            entry.pairs = Vec::new();
+            self.free.push(oldest);
+            removed += 1;
+        }
+        removed
+    }
+
+    /// Approximate heap bytes held (slots, pairs, map buckets, free list).
+    pub(super) fn heap_bytes(&self) -> usize {
+        let slots = self.slots.capacity() * std::mem::size_of::<Slot>();
+        let pairs: usize = self
+            .slots
+            .iter()
+            .map(|slot| slot.pairs.capacity() * std::mem::size_of::<(ModelKey, PodKey)>())
+            .sum();
+        // hashbrown: one (key, value) bucket plus one control byte per bucket; buckets are
+        // about capacity × 8/7 rounded up to a power of two.
+        let buckets = (self.map.capacity() * 8 / 7).next_power_of_two();
+        let map = buckets * (std::mem::size_of::<(u64, u32)>() + 1);
+        slots + pairs + map + self.free.capacity() * 4
+    }
+
+    /// Grows the slab in steps that never overshoot the shard's capacity, so a full shard
+    /// holds exactly `capacity` slots rather than the next power of two.
+    fn grow_slab(&mut self) {
+        if self.slots.len() == self.slots.capacity() {
+            let room = self.capacity.saturating_sub(self.slots.len()).max(1);
+            let step = self.slots.len().clamp(16, 1 << 16).min(room);
+            self.slots.reserve_exact(step);
+        }
+    }
+
+    fn unlink(&mut self, slot: u32) {
+        let (prev, next) = {
+            let entry = &self.slots[slot as usize];
+            (entry.prev, entry.next)
+        };
+        if prev == NIL {
+            self.head = next;
+        } else {
+            self.slots[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.tail = prev;
+        } else {
+            self.slots[next as usize].prev = prev;
+        }
+        let entry = &mut self.slots[slot as usize];
+        entry.prev = NIL;
+        entry.next = NIL;
+    }
+
+    fn push_head(&mut self, slot: u32) {
+        let old_head = self.head;
+        {
+            let entry = &mut self.slots[slot as usize];
+            entry.prev = NIL;
+            entry.next = old_head;
+        }
+        if old_head == NIL {
+            self.tail = slot;
+        } else {
+            self.slots[old_head as usize].prev = slot;
+        }
+        self.head = slot;
+    }
+
+    /// Hashes from the oldest to the newest (tests only).
+    #[cfg(test)]
+    pub(super) fn oldest_first(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.len());
+        let mut at = self.tail;
+        while at != NIL && out.len() <= self.slots.len() {
+            out.push(self.slots[at as usize].hash);
+            at = self.slots[at as usize].prev;
+        }
+        out
+    }
+}
+
+/// Block hashes are already XXH64 digests, so the map only needs to spread them; a
+/// multiply-rotate keeps both the high bits (hashbrown's tags) and the low bits (its bucket
+/// index) varied even though the shard was chosen from some of the digest's bits.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct BlockHashHasher(u64);
+
+impl Hasher for BlockHashHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte) ^ self.0.rotate_left(8));
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_refreshes_order_and_eviction_takes_the_oldest() {
+        let mut shard = Shard::new(3);
+        for (i, hash) in [1u64, 2, 3].into_iter().enumerate() {
+            assert!(!shard.add(hash, (0, 9), i as Millis));
+        }
+        assert_eq!(shard.oldest_first(), [1, 2, 3]);
+        shard.add(1, (0, 8), 10);
+        assert_eq!(shard.oldest_first(), [2, 3, 1]);
+        assert!(shard.add(4, (0, 9), 11));
+        assert_eq!(shard.oldest_first(), [3, 1, 4]);
+        assert_eq!(shard.pairs(1), Some(&[(0, 9), (0, 8)][..]));
+        assert_eq!(shard.pairs(4), Some(&[(0, 9)][..]));
+        assert_eq!(shard.pairs(2), None);
+        assert_eq!(shard.len(), 3);
+    }
+
+    #[test]
+    fn sweep_frees_slots_for_reuse() {
+        let mut shard = Shard::new(4);
+        shard.add(1, (0, 1), 0);
+        shard.add(2, (0, 1), 5);
+        assert_eq!(shard.sweep(105, 100), 1);
+        assert_eq!(shard.oldest_first(), [2]);
+        shard.add(3, (0, 1), 105);
+        assert_eq!(shard.slots.len(), 2, "the freed slot is reused");
+        assert_eq!(shard.oldest_first(), [2, 3]);
+    }
+
+    #[test]
+    fn out_of_order_times_keep_stamps_monotonic() {
+        let mut shard = Shard::new(4);
+        shard.add(1, (0, 1), 50);
+        shard.add(2, (0, 1), 40);
+        // Block 2 is stamped 50, not 40: it cannot expire before the older block 1.
+        assert_eq!(shard.sweep(150, 100), 0);
+        assert_eq!(shard.sweep(151, 100), 2);
+        assert_eq!(shard.len(), 0);
+    }
+}

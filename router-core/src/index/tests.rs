@@ -1,0 +1,213 @@
+//! Tests of the prefix index: AIBrix's match table, LRU by add, TTL boundaries, sharding and
+//! memory bounds, and a concurrency smoke test.
+
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::hash::block_hashes;
+use crate::load::PodLoad;
+
+const MODEL: &str = "m1";
+
+fn percents(index: &PrefixIndex, hashes: &[u64], pods: &[&str]) -> Vec<u8> {
+    index.match_names(MODEL, hashes, pods)
+}
+
+/// AIBrix `Test_PrefixHashTableE2E`: block size 4, bytes 1..=13 (three full blocks).
+#[test]
+fn aibrix_prefix_hash_table_e2e() {
+    let index = PrefixIndex::new(100, 60_000);
+    let bytes: Vec<u8> = (1..=13).collect();
+    let hashes = block_hashes(&bytes, 4, 0);
+    assert_eq!(hashes.len(), 3);
+    index.add(MODEL, &hashes, "p1", 0);
+    index.add(MODEL, &hashes[..2], "p2", 0);
+    index.add(MODEL, &hashes[..1], "p4", 0);
+    assert_eq!(
+        percents(&index, &hashes, &["p1", "p2", "p3", "p4"]),
+        [100, 66, 0, 33]
+    );
+    // The same prefix asked by a longer request: the denominator is its own block count.
+    let longer: Vec<u8> = (1..=17).collect();
+    let longer = block_hashes(&longer, 4, 0);
+    assert_eq!(percents(&index, &longer, &["p1", "p2"]), [75, 50]);
+    // A different model shares no pods, even for the same blocks.
+    assert_eq!(index.match_names("m2", &hashes, &["p1", "p2"]), [0, 0]);
+}
+
+#[test]
+fn match_prefix_takes_candidates_in_order() {
+    let index = PrefixIndex::new(100, 60_000);
+    let hashes = [10, 11];
+    index.add(MODEL, &hashes, "b", 0);
+    let (load_a, load_b) = (PodLoad::new(), PodLoad::new());
+    let pods = [
+        Candidate {
+            name: "a",
+            load: &load_a,
+        },
+        Candidate {
+            name: "b",
+            load: &load_b,
+        },
+    ];
+    assert_eq!(index.match_prefix(MODEL, &hashes, &pods), [0, 100]);
+    assert!(
+        index
+            .match_prefix(MODEL, &[], &pods)
+            .iter()
+            .all(|&p| p == 0)
+    );
+}
+
+#[test]
+fn a_pod_that_stops_matching_keeps_its_earlier_percentage() {
+    let index = PrefixIndex::new(100, 60_000);
+    // Raw hashes (not a chain) so that a pod can hold blocks 0 and 2 but not 1.
+    let hashes = [10, 11, 12, 13];
+    index.add(MODEL, &[10, 12, 13], "gap", 0);
+    index.add(MODEL, &[10, 11, 12], "three", 0);
+    assert_eq!(percents(&index, &hashes, &["gap", "three"]), [25, 75]);
+    // A pod outside the candidates never counts, and does not keep the walk going.
+    assert_eq!(percents(&index, &hashes, &["gap"]), [25]);
+    assert_eq!(percents(&index, &hashes, &["absent"]), [0]);
+}
+
+#[test]
+fn floor_percentages() {
+    let index = PrefixIndex::new(100, 60_000);
+    let hashes: Vec<u64> = (100..107).collect();
+    for held in 1..=7 {
+        let pod = format!("p{held}");
+        index.add(MODEL, &hashes[..held], &pod, 0);
+        assert_eq!(
+            percents(&index, &hashes, &[pod.as_str()]),
+            [(held * 100 / 7) as u8],
+            "{held} of 7 blocks"
+        );
+    }
+}
+
+#[test]
+fn lookups_do_not_save_a_block_from_eviction() {
+    let index = PrefixIndex::new(3, 60_000);
+    for (t, hash) in [1u64, 2, 3].into_iter().enumerate() {
+        index.add(MODEL, &[hash], "p", t as Millis);
+    }
+    // Block 1 is looked up many times, but only adds refresh.
+    for _ in 0..5 {
+        assert_eq!(percents(&index, &[1], &["p"]), [100]);
+    }
+    index.add(MODEL, &[4], "p", 10);
+    assert_eq!(
+        percents(&index, &[1], &["p"]),
+        [0],
+        "block 1 was the oldest add"
+    );
+    assert_eq!(index.len(), 3);
+    // Re-adding block 2 refreshes it, so block 3 is evicted next.
+    index.add(MODEL, &[2], "q", 11);
+    index.add(MODEL, &[5], "p", 12);
+    assert_eq!(percents(&index, &[2], &["p"]), [100]);
+    assert_eq!(percents(&index, &[3], &["p"]), [0]);
+    assert_eq!(index.len(), 3);
+}
+
+#[test]
+fn eviction_removes_the_whole_block() {
+    let index = PrefixIndex::new(1, 60_000);
+    index.add(MODEL, &[7], "p", 0);
+    index.add("m2", &[7], "q", 0);
+    assert_eq!(index.match_names("m2", &[7], &["q"]), [100]);
+    index.add(MODEL, &[8], "p", 1);
+    assert_eq!(percents(&index, &[7], &["p"]), [0]);
+    assert_eq!(index.match_names("m2", &[7], &["q"]), [0]);
+}
+
+#[test]
+fn ttl_is_strictly_greater_since_last_add() {
+    let index = PrefixIndex::new(100, 1_000);
+    index.add(MODEL, &[1], "p", 0);
+    index.add(MODEL, &[2], "p", 0);
+    assert_eq!(index.sweep(1_000), 0, "exactly the TTL old is still live");
+    index.add(MODEL, &[2], "p", 500);
+    assert_eq!(index.sweep(1_001), 1);
+    assert_eq!(percents(&index, &[1], &["p"]), [0]);
+    assert_eq!(percents(&index, &[2], &["p"]), [100]);
+    assert_eq!(index.sweep(1_500), 0);
+    assert_eq!(index.sweep(1_501), 1);
+    assert!(index.is_empty());
+}
+
+#[test]
+fn unswept_blocks_still_match() {
+    let index = PrefixIndex::new(100, 1_000);
+    index.add(MODEL, &[1], "p", 0);
+    assert_eq!(percents(&index, &[1], &["p"]), [100]);
+    assert_eq!(index.sweep(5_000), 1);
+    assert_eq!(percents(&index, &[1], &["p"]), [0]);
+}
+
+#[test]
+fn shards_split_capacity_exactly_and_bound_memory() {
+    let index = PrefixIndex::new(200_000, 60_000);
+    assert_eq!(index.shards.len(), MAX_SHARDS);
+    let shares: usize = index.shards.iter().map(|s| lock(s).capacity()).sum();
+    assert_eq!(shares, 200_000);
+    assert_eq!(PrefixIndex::new(2_047, 1).shards.len(), 1);
+    assert_eq!(PrefixIndex::new(2_048, 1).shards.len(), 2);
+
+    let mut rng = StdRng::seed_from_u64(7);
+    let pods = ["pod-0", "pod-1"];
+    for chunk in 0..2_500u64 {
+        let hashes: Vec<u64> = (0..128).map(|_| rng.random()).collect();
+        index.add(MODEL, &hashes, pods[(chunk % 2) as usize], chunk);
+    }
+    let held = index.len();
+    assert!(held <= 200_000, "{held}");
+    assert!(
+        held > 190_000,
+        "per-shard LRU keeps nearly all capacity in use: {held}"
+    );
+    let per_block = index.heap_bytes() / held;
+    assert!(
+        (48..=160).contains(&per_block),
+        "{per_block} bytes per block, documented as about 100"
+    );
+}
+
+#[test]
+fn concurrent_adds_and_matches() {
+    let index = Arc::new(PrefixIndex::new(4_096, 60_000));
+    let threads = 4;
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let index = Arc::clone(&index);
+            scope.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(t);
+                let pod = format!("pod-{t}");
+                for round in 0..2_000u64 {
+                    let family: u64 = rng.random_range(0..32);
+                    let bytes: Vec<u8> = (0..64).map(|i| (family * 31 + i) as u8).collect();
+                    let hashes = block_hashes(&bytes, 8, 0);
+                    let seen = index.match_names(MODEL, &hashes, &[pod.as_str(), "other"]);
+                    assert!(seen.iter().all(|&p| p <= 100));
+                    index.add(MODEL, &hashes, &pod, round);
+                    assert_eq!(
+                        index.match_names(MODEL, &hashes[..1], &[pod.as_str()]),
+                        [100]
+                    );
+                }
+            });
+        }
+    });
+    assert!(index.len() <= 4_096);
+    // Every thread added every family it drew; 32 families × 8 blocks fit easily.
+    let bytes: Vec<u8> = (0..64).map(|i| i as u8).collect();
+    let hashes = block_hashes(&bytes, 8, 0);
+    let all = index.match_names(MODEL, &hashes, &["pod-0", "pod-1", "pod-2", "pod-3"]);
+    assert_eq!(all, [100, 100, 100, 100]);
+}
