@@ -2,7 +2,8 @@
 //! as events happen. Exposition (names, labels, Prometheus text) belongs to the server; this
 //! module only counts, with vLLM's semantics and bucket bounds.
 
-use super::FinishReason;
+use super::sequence::Sequence;
+use super::{FinishReason, Seconds};
 
 /// `vllm:time_to_first_token_seconds`.
 pub const TTFT_BUCKETS: &[f64] = &[
@@ -85,7 +86,7 @@ impl RequestSuccess {
         }
     }
 
-    pub fn add(&mut self, reason: FinishReason) {
+    pub(crate) fn add(&mut self, reason: FinishReason) {
         match reason {
             FinishReason::Stop => self.stop += 1,
             FinishReason::Length => self.length += 1,
@@ -146,6 +147,41 @@ impl Default for EngineMetrics {
             request_decode_time: Histogram::new(REQUEST_LATENCY_BUCKETS),
             request_inference_time: Histogram::new(REQUEST_LATENCY_BUCKETS),
             iteration_tokens: Histogram::new(ITERATION_TOKENS_BUCKETS),
+        }
+    }
+}
+
+impl EngineMetrics {
+    /// A token was just appended to `seq` by the step ending at `at`: TTFT or one
+    /// inter-token gap, token counters, and the sequence's token timestamps.
+    pub(crate) fn on_token(&mut self, seq: &mut Sequence, at: Seconds) {
+        match seq.last_token_at {
+            None => {
+                self.ttft.observe(at - seq.arrival);
+                self.prompt_tokens += seq.num_prompt as u64;
+                seq.first_token_at = Some(at);
+            }
+            Some(previous) => self.inter_token_latency.observe(at - previous),
+        }
+        seq.last_token_at = Some(at);
+        self.generation_tokens += 1;
+    }
+
+    /// `seq` finished at `at`: vLLM observes its request-level histograms now.
+    pub(crate) fn on_finish(&mut self, seq: &Sequence, reason: FinishReason, at: Seconds) {
+        self.request_success.add(reason);
+        self.e2e_request_latency.observe(at - seq.arrival);
+        if let Some(scheduled) = seq.first_scheduled {
+            self.request_queue_time.observe(scheduled - seq.ready_at);
+            if let Some(first) = seq.first_token_at {
+                self.request_prefill_time.observe(first - scheduled);
+            }
+            if let Some(last) = seq.last_token_at {
+                self.request_inference_time.observe(last - scheduled);
+            }
+        }
+        if let (Some(first), Some(last)) = (seq.first_token_at, seq.last_token_at) {
+            self.request_decode_time.observe(last - first);
         }
     }
 }

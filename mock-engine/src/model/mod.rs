@@ -8,11 +8,13 @@
 //! simulator drives it on a virtual clock, so both see exactly the same engine.
 //!
 //! The pieces: [`profile`] (coefficients and limits, from `config/engines/*.toml`),
-//! [`request`] (what callers submit and get back), [`block_pool`] and [`free_queue`] (KV
-//! blocks and the prefix cache), [`sequence`] (one request's engine state), [`scheduler`]
-//! (what one step computes), [`step_time`] (how long it takes), [`metrics`] (vLLM's
-//! counters and histograms) and [`engine`] (the clock-driven loop tying them together).
+//! [`request`] (what callers submit and get back), [`block_pool`], [`free_queue`] and
+//! [`block_hash`] (KV blocks and the prefix cache), [`sequence`] (one request's engine
+//! state), [`scheduler`] (what one step computes), [`step_time`] (how long it takes),
+//! [`metrics`] (vLLM's counters and histograms) and [`engine`] (the clock-driven loop tying
+//! them together).
 
+pub mod block_hash;
 pub mod block_pool;
 pub mod engine;
 pub mod free_queue;
@@ -37,3 +39,6 @@ pub type Seconds = f64;
 
 /// Identifies a submitted request for the lifetime of one [`EngineModel`] (never reused).
 pub type RequestId = u64;
+
+#[cfg(test)]
+mod engine_tests;

@@ -179,3 +179,105 @@ impl EngineProfile {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        name = "t"
+        max_num_seqs = 2
+        max_num_batched_tokens = 64
+        block_size = 4
+        num_gpu_blocks = 17
+        max_model_len = 64
+        frontend_overhead = 0.0
+        t0 = 0.01
+        a_d = 0.0
+        c_kv = 0.0
+        a_p = 0.0
+        c_att = 0.0
+    "#;
+
+    fn error_of(text: &str) -> String {
+        match EngineProfile::from_toml_str(text) {
+            Ok(p) => panic!("accepted an invalid profile: {p:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn builtin_profiles_parse_and_match_the_spec_starting_fit() {
+        for name in BUILTIN_PROFILES {
+            let profile = EngineProfile::builtin(name).expect("every listed builtin parses");
+            assert_eq!(&profile.name, name);
+        }
+        let l20 = EngineProfile::builtin("l20-qwen27b-fp8").expect("builtin");
+        assert_eq!(l20.max_num_seqs, 8);
+        assert_eq!(l20.max_num_batched_tokens, 2048);
+        assert_eq!(l20.block_size, 16);
+        assert_eq!(l20.num_gpu_blocks * l20.block_size, 140_000);
+        assert_eq!(l20.max_model_len, 32768);
+        assert_eq!((l20.t0, l20.a_d, l20.a_p), (0.038, 0.0005, 0.00025));
+        assert_eq!((l20.c_kv, l20.c_att), (0.35e-6, 1.2e-8));
+        assert_eq!(l20.frontend_overhead, 0.080);
+        assert!(EngineProfile::builtin("nope").is_none());
+    }
+
+    #[test]
+    fn load_takes_a_builtin_name_or_a_path() {
+        assert_eq!(
+            EngineProfile::load("fast").expect("builtin").name,
+            "fast".to_owned()
+        );
+        let path = std::env::temp_dir().join(format!("engine-profile-{}.toml", std::process::id()));
+        std::fs::write(&path, MINIMAL).expect("temp file");
+        let loaded = EngineProfile::load(&path.to_string_lossy());
+        std::fs::remove_file(&path).expect("remove temp file");
+        assert_eq!(loaded.expect("valid file").name, "t");
+        let missing = EngineProfile::load("/nonexistent/profile.toml");
+        let message = missing.expect_err("missing file").to_string();
+        assert!(message.contains("l20-qwen27b-fp8"), "{message}");
+    }
+
+    #[test]
+    fn unknown_and_missing_keys_are_named() {
+        assert!(EngineProfile::from_toml_str(MINIMAL).is_ok());
+        let unknown = format!("{MINIMAL}\njitter_typo = 0.1\n");
+        assert!(error_of(&unknown).contains("jitter_typo"));
+        let missing = MINIMAL.replace("c_att = 0.0", "");
+        assert!(error_of(&missing).contains("c_att"));
+        let wrong_type = MINIMAL.replace("max_num_seqs = 2", "max_num_seqs = \"two\"");
+        assert!(error_of(&wrong_type).contains("max_num_seqs"));
+    }
+
+    #[test]
+    fn nonsensical_values_are_named() {
+        let cases = [
+            ("max_num_seqs = 2", "max_num_seqs = 0", "max_num_seqs"),
+            ("block_size = 4", "block_size = 0", "block_size"),
+            ("t0 = 0.01", "t0 = -0.01", "t0"),
+            ("t0 = 0.01", "t0 = 0.0", "t0"),
+            ("a_p = 0.0", "a_p = -1e-4", "a_p"),
+            ("c_att = 0.0", "c_att = nan", "c_att"),
+            (
+                "frontend_overhead = 0.0",
+                "frontend_overhead = inf",
+                "frontend_overhead",
+            ),
+            (
+                "num_gpu_blocks = 17",
+                "num_gpu_blocks = 16",
+                "num_gpu_blocks",
+            ),
+            ("name = \"t\"", "name = \" \"", "name"),
+        ];
+        for (from, to, key) in cases {
+            let message = error_of(&MINIMAL.replace(from, to));
+            assert!(message.contains(key), "{to}: {message}");
+        }
+        // Negative counts are a type error from toml, still naming the key.
+        let message = error_of(&MINIMAL.replace("max_num_seqs = 2", "max_num_seqs = -1"));
+        assert!(message.contains("max_num_seqs"), "{message}");
+    }
+}
