@@ -1,1 +1,217 @@
-//! The engine's HTTP server (placeholder until the mock-engine server lands).
+//! The engine's HTTP server: vLLM 0.11's OpenAI surface and `/metrics` over one
+//! [`EngineModel`](crate::model::EngineModel) per replica, driven in scaled real time.
+//!
+//! [`spawn_replica`] is the whole public API: it binds a listener (port 0 allowed), starts
+//! the engine driver and an accept loop on the current tokio runtime, and returns a
+//! [`ReplicaHandle`]. The gateway's `--mock-engines N`, loadgen's `--local`, the
+//! `mock-engine` binary and end-to-end tests all start replicas this way, several per
+//! process if they like.
+//!
+//! Inside, one file per concern: [`routes`] (the router and small endpoints), `generation`
+//! (the two completion endpoints), `request` (body parsing), `chat`/`completions`/`envelope`
+//! (response shapes), `sse` (bodies), `engine_driver` (the model in real time),
+//! `metrics_text` (Prometheus), [`failures`] (injection) and `api_error` (vLLM's error shape).
+
+mod api_error;
+mod chat;
+mod completions;
+mod engine_driver;
+mod envelope;
+pub mod failures;
+mod generation;
+mod metrics_text;
+mod replica;
+mod request;
+pub mod routes;
+mod sse;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+pub use failures::{FAIL_HEADER, FailurePlan, FailureSpec, FailureSpecError};
+
+use crate::model::{EngineModel, EngineProfile};
+use engine_driver::{EngineClock, EngineDriver};
+use replica::Replica;
+
+/// Everything one replica needs.
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    /// Replica name, e.g. `mock-0` (logs; the gateway names pods by it).
+    pub name: String,
+    /// Where to listen; port 0 picks a free port (see [`ReplicaHandle::addr`]).
+    pub listen: SocketAddr,
+    /// The served model name; requests for any other get vLLM's 404.
+    pub model: String,
+    pub profile: EngineProfile,
+    /// Engine time = wall time × `time_scale` (finite, > 0).
+    pub time_scale: f64,
+    /// Injected failures; `Default` injects none.
+    pub failures: FailurePlan,
+}
+
+/// Why a replica could not start.
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("replica `{name}`: cannot listen on {addr}: {source}")]
+    Bind {
+        name: String,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("replica `{name}`: time scale must be a finite number > 0, got {value}")]
+    TimeScale { name: String, value: f64 },
+    #[error("replica `{name}`: failure rate must be within 0..=1, got {value}")]
+    FailureRate { name: String, value: f64 },
+    #[error("replica `{name}`: health failure period must be finite and >= 0, got {value}")]
+    HealthFailFor { name: String, value: f64 },
+}
+
+/// A running replica. Dropping it stops the replica too (as [`ReplicaHandle::shutdown`]
+/// does, without waiting); keep it for as long as the replica should serve.
+#[derive(Debug)]
+pub struct ReplicaHandle {
+    name: String,
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    driver: JoinHandle<()>,
+}
+
+impl ReplicaHandle {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The bound address (the real port when the config asked for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://IP:PORT` of the replica.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, drops every open connection (in-flight requests are aborted in the
+    /// model) and waits for the replica's tasks to end.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+        let _ = self.driver.await;
+        tracing::info!(replica = %self.name, "stopped");
+    }
+}
+
+/// Starts one replica on the current tokio runtime.
+pub async fn spawn_replica(config: ReplicaConfig) -> Result<ReplicaHandle, ServerError> {
+    let ReplicaConfig {
+        name,
+        listen,
+        model,
+        profile,
+        time_scale,
+        failures,
+    } = config;
+    if !(time_scale.is_finite() && time_scale > 0.0) {
+        return Err(ServerError::TimeScale {
+            name,
+            value: time_scale,
+        });
+    }
+    if !(0.0..=1.0).contains(&failures.rate) {
+        return Err(ServerError::FailureRate {
+            name,
+            value: failures.rate,
+        });
+    }
+    if let Some(secs) = failures.health_fail_for
+        && !(secs.is_finite() && secs >= 0.0)
+    {
+        return Err(ServerError::HealthFailFor { name, value: secs });
+    }
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            name: name.clone(),
+            addr: listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| ServerError::Bind {
+        name: name.clone(),
+        addr: listen,
+        source,
+    })?;
+
+    let (stop, stopped) = watch::channel(false);
+    let max_model_len = profile.max_model_len;
+    let profile_name = profile.name.clone();
+    let (driver, driver_task) = EngineDriver::start(
+        EngineModel::new(profile),
+        EngineClock::start(time_scale),
+        stopped.clone(),
+    );
+    let replica = Arc::new(Replica::new(
+        name.clone(),
+        model.clone(),
+        max_model_len,
+        driver,
+        failures,
+    ));
+    let server = tokio::spawn(accept_loop(listener, routes::app(replica), stopped));
+    tracing::info!(replica = %name, %addr, model = %model, profile = %profile_name, time_scale, "serving");
+    Ok(ReplicaHandle {
+        name,
+        addr,
+        stop,
+        server,
+        driver: driver_task,
+    })
+}
+
+/// Accepts connections until told to stop, then drops every connection still open.
+///
+/// Connections live in a `JoinSet` rather than detached tasks so that shutdown can end them
+/// all: a hung or streaming request must not outlive its replica.
+async fn accept_loop(listener: TcpListener, app: axum::Router, mut stop: watch::Receiver<bool>) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.changed() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    // Tokens are tiny writes; Nagle would batch them and distort TTFT/ITL.
+                    let _ = stream.set_nodelay(true);
+                    let service = TowerToHyperService::new(app.clone());
+                    connections.spawn(async move {
+                        let served = hyper::server::conn::http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                        if let Err(e) = served {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                    });
+                }
+                Err(e) => {
+                    // Out of descriptors or similar: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    connections.shutdown().await;
+}

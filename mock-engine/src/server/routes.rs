@@ -1,0 +1,238 @@
+//! The replica's HTTP surface as one axum `Router` (app-as-a-function, so tests can call it
+//! without a socket), plus the small endpoints: `/v1/models`, `/health`, `/ping`,
+//! `/version`, `/tokenize`, `/metrics` and the mock's control endpoint `/mock/health`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::api_error::ApiError;
+use super::envelope::to_json;
+use super::generation::{body_rejection, chat_completions, completions};
+use super::metrics_text::{self, MetricsSnapshot};
+use super::replica::Replica;
+use super::request::{Endpoint, PromptInput, parse_generation};
+use crate::tokenizer;
+
+/// Largest request body accepted (a 32k-token prompt of long words fits many times over).
+const BODY_LIMIT: usize = 16 * 1024 * 1024;
+
+/// The router of one replica.
+pub fn app(replica: Arc<Replica>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/ping", get(health).post(health))
+        .route("/version", get(version))
+        .route("/tokenize", post(tokenize))
+        .route("/metrics", get(metrics))
+        .route("/metrics/", get(metrics))
+        .route("/mock/health", post(control_health))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(replica)
+}
+
+/// FastAPI's answer for an unknown path.
+async fn not_found() -> Response {
+    json_response(
+        StatusCode::NOT_FOUND,
+        r#"{"detail":"Not Found"}"#.to_owned(),
+    )
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// `GET /health`, `GET|POST /ping`: 200 with an empty body, 503 while failing.
+async fn health(State(replica): State<Arc<Replica>>) -> StatusCode {
+    if replica.healthy() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
+#[derive(Deserialize)]
+struct HealthControl {
+    fail_for: f64,
+}
+
+/// `POST /mock/health?fail_for=SECONDS`: `/health` answers 503 for that many engine
+/// seconds (0 makes it healthy again).
+async fn control_health(
+    State(replica): State<Arc<Replica>>,
+    query: Result<Query<HealthControl>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(control)) = query else {
+        return ApiError::bad_request("expected ?fail_for=SECONDS").into_response();
+    };
+    if !(control.fail_for.is_finite() && control.fail_for >= 0.0) {
+        return ApiError::bad_request("fail_for must be finite and >= 0").into_response();
+    }
+    replica.fail_health_for(control.fail_for);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn version() -> Response {
+    json_response(StatusCode::OK, r#"{"version":"0.11.0"}"#.to_owned())
+}
+
+#[derive(Serialize)]
+struct ModelList<'a> {
+    object: &'static str,
+    data: [ModelCard<'a>; 1],
+}
+
+#[derive(Serialize)]
+struct ModelCard<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    owned_by: &'static str,
+    root: &'a str,
+    parent: Option<()>,
+    max_model_len: usize,
+    permission: [ModelPermission; 1],
+}
+
+#[derive(Serialize)]
+struct ModelPermission {
+    id: String,
+    object: &'static str,
+    created: u64,
+    allow_create_engine: bool,
+    allow_sampling: bool,
+    allow_logprobs: bool,
+    allow_search_indices: bool,
+    allow_view: bool,
+    allow_fine_tuning: bool,
+    organization: &'static str,
+    group: Option<()>,
+    is_blocking: bool,
+}
+
+/// `GET /v1/models`: vLLM's `ModelList` with the one served model.
+async fn models(State(replica): State<Arc<Replica>>) -> Response {
+    let list = ModelList {
+        object: "list",
+        data: [ModelCard {
+            id: &replica.model,
+            object: "model",
+            created: replica.created,
+            owned_by: "vllm",
+            root: &replica.model,
+            parent: None,
+            max_model_len: replica.max_model_len,
+            permission: [ModelPermission {
+                id: format!("modelperm-{:032x}", u128::from(replica.created)),
+                object: "model_permission",
+                created: replica.created,
+                allow_create_engine: false,
+                allow_sampling: true,
+                allow_logprobs: true,
+                allow_search_indices: false,
+                allow_view: true,
+                allow_fine_tuning: false,
+                organization: "*",
+                group: None,
+                is_blocking: false,
+            }],
+        }],
+    };
+    json_response(StatusCode::OK, to_json(&list))
+}
+
+#[derive(Serialize)]
+struct Tokenized {
+    count: usize,
+    max_model_len: usize,
+    tokens: Vec<u32>,
+    token_strs: Option<()>,
+}
+
+/// `POST /tokenize` with `{"prompt": …}` or `{"messages": […]}` (chat template applied);
+/// `model`, when given, must be the served one.
+async fn tokenize(
+    State(replica): State<Arc<Replica>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return body_rejection(&rejection).into_response(),
+    };
+    match tokenize_body(&replica, &body) {
+        Ok(tokens) => json_response(
+            StatusCode::OK,
+            to_json(&Tokenized {
+                count: tokens.len(),
+                max_model_len: replica.max_model_len,
+                tokens,
+                token_strs: None,
+            }),
+        ),
+        Err(e) => e.into_response(),
+    }
+}
+
+fn tokenize_body(replica: &Replica, body: &[u8]) -> Result<Vec<u32>, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))?;
+    let Value::Object(mut fields) = value else {
+        return Err(ApiError::bad_request(
+            "Invalid request body: expected a JSON object",
+        ));
+    };
+    match fields.get("model") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(model)) if *model == replica.model => {}
+        Some(Value::String(model)) => return Err(ApiError::unknown_model(model)),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "Invalid type for `model`: expected a string",
+            ));
+        }
+    }
+    // Reuse the generation parser: the model is checked above, so give it the served one.
+    fields.insert("model".into(), Value::String(replica.model.clone()));
+    let endpoint = if fields.contains_key("messages") {
+        Endpoint::Chat
+    } else {
+        Endpoint::Completions
+    };
+    let bytes = serde_json::to_vec(&fields)
+        .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))?;
+    let params = parse_generation(endpoint, &bytes)?;
+    Ok(match params.prompt {
+        PromptInput::Text(text) => tokenizer::encode(&text),
+        PromptInput::Tokens(ids) => ids,
+    })
+}
+
+/// `GET /metrics`: Prometheus text.
+async fn metrics(State(replica): State<Arc<Replica>>) -> Response {
+    let snapshot = replica.driver.inspect(MetricsSnapshot::of);
+    let text = metrics_text::render(&snapshot, &replica.model);
+    let mut response = text.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(metrics_text::CONTENT_TYPE),
+    );
+    response
+}
