@@ -42,3 +42,9 @@ pub type RequestId = u64;
 
 #[cfg(test)]
 mod engine_tests;
+
+#[cfg(test)]
+mod calibration_tests;
+
+#[cfg(test)]
+mod accounting_proptest;
