@@ -1,0 +1,115 @@
+//! The cost of one `prefix-cache` decision for a 20 KB prompt against a full 200 000-block
+//! index (SPEC §6 target: ≤ 5 µs), with 2 and 8 pods, and the cost of hashing the prompt
+//! alone. Results and the command go in `docs/PERFORMANCE.md`.
+//!
+//! A decision here is everything [`Router::route`] does: tokenize (`character`), hash the
+//! 160 full blocks, read the loads, the imbalance gate, match, σ filter, count the request
+//! against the chosen pod, and re-add the 160 blocks; dropping the guard is included too.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use router_core::{Candidate, PodLoad, RouteRequest, Router, RouterConfig, Strategy};
+
+const PROMPT_BYTES: usize = 20 * 1024;
+const INDEX_BLOCKS: usize = 200_000;
+const MODEL: &str = "bench-model";
+
+/// 20 KB of word-like ASCII, deterministic.
+fn prompt() -> String {
+    let mut rng = StdRng::seed_from_u64(20);
+    let mut text = String::with_capacity(PROMPT_BYTES + 16);
+    while text.len() < PROMPT_BYTES {
+        let len = rng.random_range(2..9);
+        for _ in 0..len {
+            text.push(char::from(b'a' + rng.random_range(0..26u8)));
+        }
+        text.push(' ');
+    }
+    text.truncate(PROMPT_BYTES);
+    text
+}
+
+/// A router whose index is full: 200 000 blocks spread over eight pods, plus `text`'s blocks
+/// held by `owner`.
+fn full_router(text: &str, owner: &str, pods: &[String]) -> Router {
+    let router = Router::new(RouterConfig::default()).expect("default config is valid");
+    let mut rng = StdRng::seed_from_u64(200_000);
+    let mut now = 0;
+    while router.index().len() < INDEX_BLOCKS {
+        let hashes: Vec<u64> = (0..160).map(|_| rng.random()).collect();
+        let pod = &pods[rng.random_range(0..pods.len())];
+        router.index().add(MODEL, &hashes, pod, now);
+        now += 1;
+    }
+    let hashes = router
+        .hashes(text)
+        .expect("character tokenizer cannot fail");
+    router.index().add(MODEL, &hashes, owner, now);
+    router
+}
+
+fn decision(c: &mut Criterion) {
+    let text = prompt();
+    let names: Vec<String> = (0..8).map(|i| format!("pod-{i}")).collect();
+    let router = full_router(&text, &names[1], &names);
+    let blocks = router.index().len();
+    eprintln!(
+        "index: {blocks} blocks, ~{} heap bytes per block",
+        router.index().heap_bytes() / blocks.max(1)
+    );
+    let loads: Vec<Arc<PodLoad>> = (0..8).map(|i| PodLoad::with_outstanding(i % 3)).collect();
+    let mut group = c.benchmark_group("decision");
+    for pods in [2usize, 8] {
+        let candidates: Vec<Candidate<'_>> = names[..pods]
+            .iter()
+            .zip(&loads)
+            .map(|(name, load)| Candidate { name, load })
+            .collect();
+        let mut rng = StdRng::seed_from_u64(5);
+        let request = RouteRequest {
+            model: MODEL,
+            text: &text,
+        };
+        group.bench_with_input(
+            BenchmarkId::new("prefix-cache-20KB", format!("{pods}-pods")),
+            &candidates,
+            |b, candidates| {
+                b.iter(|| {
+                    let routed = router
+                        .route(
+                            Strategy::PrefixCache,
+                            black_box(&request),
+                            candidates,
+                            &mut rng,
+                            1_000,
+                        )
+                        .expect("pods are ready");
+                    black_box(routed.decision.pod)
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+fn hashing(c: &mut Criterion) {
+    let text = prompt();
+    let router = Router::new(RouterConfig::default()).expect("default config is valid");
+    let mut group = c.benchmark_group("hash");
+    group.throughput(Throughput::Bytes(text.len() as u64));
+    group.bench_function("block-hashes-20KB", |b| {
+        b.iter(|| {
+            router
+                .hashes(black_box(&text))
+                .expect("character tokenizer")
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, decision, hashing);
+criterion_main!(benches);
