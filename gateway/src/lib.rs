@@ -1,1 +1,27 @@
 //! prefixgate's gateway: the serving path from an OpenAI request to a vLLM replica.
+//!
+//! The request path, one module per step (DESIGN.md): [`parse`] the body just enough to
+//! route → [`pick`] a replica through router-core → [`proxy`] the bytes upstream with bounded
+//! retries → stream the answer back in a [`release`] body that holds the pod's outstanding
+//! guard; [`inference`] ties the steps together, [`headers`] and [`error`] shape what the
+//! client sees, [`metrics`] records it. Around the path: [`replicas`] (static, embedded,
+//! health, engine scrape), [`config`] and [`cli`], [`app`] (the routers as functions of their
+//! state), [`server`] (listeners, background tasks and graceful shutdown, behind [`start`]).
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod headers;
+pub mod inference;
+pub mod metrics;
+pub mod parse;
+pub mod pick;
+pub mod proxy;
+pub mod release;
+pub mod replicas;
+pub mod server;
+pub mod shutdown;
+
+pub use config::GatewayConfig;
+pub use server::{GatewayHandle, StartError, start};

@@ -1,0 +1,219 @@
+//! The `prefixgate` command line, and how flags, environment and file combine.
+//!
+//! Precedence, lowest first: built-in defaults → `--config FILE` → AIBrix environment
+//! variables for the prefix-cache settings (`AIBRIX_PREFIX_CACHE_*`, applied by router-core)
+//! → flags. Every flag is optional so that an unset flag never overrides the file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::config::{BackendConfig, ConfigFileError, GatewayConfig};
+use crate::replicas::static_::parse_backend_flag;
+
+/// prefixgate: an OpenAI-compatible gateway that routes each request to the vLLM replica
+/// that holds its prompt prefix, without overloading it.
+#[derive(Debug, Clone, Default, Parser)]
+#[command(name = "prefixgate", version, about, long_about = None)]
+pub struct Cli {
+    /// TOML configuration file (see config/gateway.example.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address of the OpenAI API listener [default: 127.0.0.1:8080].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Address of the /metrics listener [default: 127.0.0.1:9090].
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Strategy for requests without a routing-strategy header: random, least-request,
+    /// prefix-cache [default: least-request].
+    #[arg(long, value_name = "NAME")]
+    pub default_strategy: Option<String>,
+    /// A static replica, NAME=http://HOST:PORT (repeatable; replaces the file's [[backends]]).
+    #[arg(long = "backend", value_name = "NAME=URL", value_parser = parse_backend_flag)]
+    pub backends: Vec<BackendConfig>,
+    /// Start N simulated vLLM replicas in-process on loopback (mock-0, mock-1, …).
+    #[arg(long, value_name = "N")]
+    pub mock_engines: Option<usize>,
+    /// Engine profile of the simulated replicas (builtin name or .toml path)
+    /// [default: l20-qwen27b-fp8].
+    #[arg(long, value_name = "NAME")]
+    pub engine_profile: Option<String>,
+    /// Simulated engine time runs S times faster than wall time [default: 1].
+    #[arg(long, value_name = "S")]
+    pub time_scale: Option<f64>,
+    /// Model name the simulated replicas serve [default: mock-model].
+    #[arg(long, value_name = "NAME")]
+    pub served_model: Option<String>,
+    /// Largest accepted request body in bytes [default: 8388608].
+    #[arg(long, value_name = "BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Seconds in-flight responses get to finish after SIGTERM/SIGINT [default: 30].
+    #[arg(long, value_name = "SECS")]
+    pub shutdown_grace: Option<u64>,
+    /// Upstream TCP connect timeout in ms [default: 2000].
+    #[arg(long, value_name = "MS")]
+    pub connect_timeout_ms: Option<u64>,
+    /// Upstream response-header timeout in ms, then 504 [default: 120000].
+    #[arg(long, value_name = "MS")]
+    pub first_byte_timeout_ms: Option<u64>,
+    /// Longest upstream silence between body chunks in ms [default: 120000].
+    #[arg(long, value_name = "MS")]
+    pub idle_timeout_ms: Option<u64>,
+    /// Further replicas tried when one fails before any response byte [default: 2].
+    #[arg(long, value_name = "N")]
+    pub max_retries: Option<u32>,
+    /// Health probe period in ms [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub health_interval_ms: Option<u64>,
+    /// Do not scrape replicas' /metrics into the load view.
+    #[arg(long)]
+    pub no_engine_scrape: bool,
+    /// Prefix block size in bytes of the tokenizer's stream [default: 128].
+    #[arg(long, value_name = "BYTES")]
+    pub block_size: Option<usize>,
+    /// XXH64 seed of the block hashes [default: 0].
+    #[arg(long, value_name = "N")]
+    pub hash_seed: Option<u64>,
+    /// Prefix index capacity in blocks [default: 200000].
+    #[arg(long, value_name = "N")]
+    pub block_capacity: Option<usize>,
+    /// prefix-cache imbalance gate: max − min outstanding above this [default: 16].
+    #[arg(long, value_name = "N")]
+    pub imbalance_abs_count: Option<u64>,
+    /// prefix-cache load filter factor k in mean + k·σ [default: 2].
+    #[arg(long, value_name = "K")]
+    pub stddev_factor: Option<u64>,
+}
+
+impl Cli {
+    /// The configuration: file (if any), then `env` (AIBrix names), then flags; validated.
+    pub fn resolve(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<GatewayConfig, ConfigFileError> {
+        let mut config = match &self.config {
+            Some(path) => GatewayConfig::from_file(path)?,
+            None => GatewayConfig::default(),
+        };
+        config.routing.apply_env(env)?;
+        self.apply_flags(&mut config);
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn apply_flags(&self, config: &mut GatewayConfig) {
+        fn set<T: Clone>(target: &mut T, flag: &Option<T>) {
+            if let Some(value) = flag {
+                *target = value.clone();
+            }
+        }
+        set(&mut config.listen, &self.listen);
+        set(&mut config.metrics_listen, &self.metrics_listen);
+        set(&mut config.default_strategy, &self.default_strategy);
+        if !self.backends.is_empty() {
+            config.backends = self.backends.clone();
+        }
+        set(&mut config.embedded.mock_engines, &self.mock_engines);
+        set(&mut config.embedded.engine_profile, &self.engine_profile);
+        set(&mut config.embedded.time_scale, &self.time_scale);
+        set(&mut config.embedded.served_model, &self.served_model);
+        set(&mut config.max_body_bytes, &self.max_body_bytes);
+        set(&mut config.shutdown_grace_secs, &self.shutdown_grace);
+        set(
+            &mut config.upstream.connect_timeout_ms,
+            &self.connect_timeout_ms,
+        );
+        set(
+            &mut config.upstream.first_byte_timeout_ms,
+            &self.first_byte_timeout_ms,
+        );
+        set(&mut config.upstream.idle_timeout_ms, &self.idle_timeout_ms);
+        set(&mut config.upstream.max_retries, &self.max_retries);
+        set(&mut config.health.interval_ms, &self.health_interval_ms);
+        if self.no_engine_scrape {
+            config.engine_scrape.enabled = false;
+        }
+        set(&mut config.routing.block_size, &self.block_size);
+        set(&mut config.routing.hash_seed, &self.hash_seed);
+        set(&mut config.routing.block_capacity, &self.block_capacity);
+        set(
+            &mut config.routing.imbalance_abs_count,
+            &self.imbalance_abs_count,
+        );
+        set(&mut config.routing.stddev_factor, &self.stddev_factor);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("prefixgate").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn defaults_without_flags() {
+        let config = parse(&[]).resolve(|_| None).unwrap();
+        assert_eq!(config, GatewayConfig::default());
+        assert_eq!(config.default_strategy, "least-request");
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.metrics_listen.to_string(), "127.0.0.1:9090");
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = std::env::temp_dir().join(format!("prefixgate-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("gateway.toml");
+        std::fs::write(
+            &path,
+            "default_strategy = \"random\"\nmax_body_bytes = 10\n[routing]\nblock_size = 4\n",
+        )
+        .unwrap();
+        let cli = parse(&[
+            "--config",
+            path.to_str().unwrap(),
+            "--default-strategy",
+            "prefix-cache",
+            "--backend",
+            "a=http://127.0.0.1:1",
+            "--block-size",
+            "16",
+        ]);
+        let config = cli.resolve(|_| None).unwrap();
+        assert_eq!(config.default_strategy, "prefix-cache");
+        assert_eq!(
+            config.max_body_bytes, 10,
+            "file value kept where no flag is given"
+        );
+        assert_eq!(config.routing.block_size, 16);
+        assert_eq!(config.backends.len(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_flags_are_refused_with_the_flag_named() {
+        let error = Cli::try_parse_from(["prefixgate", "--backend", "nope"]).unwrap_err();
+        assert!(error.to_string().contains("NAME=URL"), "{error}");
+        let error = parse(&["--default-strategy", "fastest"])
+            .resolve(|_| None)
+            .unwrap_err();
+        assert!(error.to_string().contains("default_strategy"), "{error}");
+        let error = parse(&["--time-scale", "0"]).resolve(|_| None).unwrap_err();
+        assert!(error.to_string().contains("time_scale"), "{error}");
+    }
+
+    #[test]
+    fn a_missing_config_file_is_named() {
+        let error = parse(&["--config", "/nonexistent/gw.toml"])
+            .resolve(|_| None)
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("/nonexistent/gw.toml"),
+            "{error}"
+        );
+    }
+}

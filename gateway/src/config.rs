@@ -1,0 +1,385 @@
+//! The gateway's settings: the TOML file's schema, its defaults, and validation.
+//!
+//! One [`GatewayConfig`] describes a whole gateway. It is read from `--config FILE` (every
+//! table `deny_unknown_fields`, so a typo is an error naming the key), then AIBrix's
+//! environment variables override the `[routing]` table, then flags override both (see
+//! [`crate::cli`]). Durations are integers with their unit in the key name, so a file never
+//! needs a duration syntax.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use router_core::{RouterConfig, Strategy};
+use serde::Deserialize;
+
+/// A configuration that cannot be used; the message names the key or file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("invalid {key} = {value:?}: {reason}")]
+    Invalid {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    #[error(transparent)]
+    Routing(#[from] router_core::ConfigError),
+}
+
+/// Everything a gateway needs to start.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Address of the OpenAI API listener.
+    pub listen: SocketAddr,
+    /// Address of the `/metrics` listener (kept apart from client traffic).
+    pub metrics_listen: SocketAddr,
+    /// Strategy for requests without a `routing-strategy` header.
+    pub default_strategy: String,
+    /// Request bodies longer than this are refused with 413.
+    pub max_body_bytes: usize,
+    /// On SIGTERM/SIGINT, in-flight responses get this long to finish.
+    pub shutdown_grace_secs: u64,
+    pub upstream: UpstreamConfig,
+    pub health: HealthConfig,
+    pub engine_scrape: ScrapeConfig,
+    pub embedded: EmbeddedConfig,
+    /// Static replicas.
+    pub backends: Vec<BackendConfig>,
+    /// Prefix index and policy settings (router-core's `RouterConfig`).
+    pub routing: RouterConfig,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            default_strategy: Strategy::LeastRequest.as_str().to_owned(),
+            max_body_bytes: 8 * 1024 * 1024,
+            shutdown_grace_secs: 30,
+            upstream: UpstreamConfig::default(),
+            health: HealthConfig::default(),
+            engine_scrape: ScrapeConfig::default(),
+            embedded: EmbeddedConfig::default(),
+            backends: Vec::new(),
+            routing: RouterConfig::default(),
+        }
+    }
+}
+
+/// How the gateway talks to replicas.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// TCP connect timeout.
+    pub connect_timeout_ms: u64,
+    /// Time from sending a request to the replica's response headers; then 504.
+    pub first_byte_timeout_ms: u64,
+    /// Longest silence between two body chunks once the response began.
+    pub idle_timeout_ms: u64,
+    /// Further replicas tried when one fails before any response byte.
+    pub max_retries: u32,
+    /// Idle pooled connections are closed after this long.
+    pub pool_idle_timeout_secs: u64,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            connect_timeout_ms: 2_000,
+            first_byte_timeout_ms: 120_000,
+            idle_timeout_ms: 120_000,
+            max_retries: 2,
+            pool_idle_timeout_secs: 90,
+        }
+    }
+}
+
+/// Active health checks of each replica's `/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthConfig {
+    pub interval_ms: u64,
+    pub timeout_ms: u64,
+    /// Consecutive failed probes (or refused connections) before a replica is ejected.
+    pub eject_after_failures: u32,
+    /// Consecutive good probes before an ejected replica is re-admitted.
+    pub readmit_after_successes: u32,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            interval_ms: 1_000,
+            timeout_ms: 1_000,
+            eject_after_failures: 3,
+            readmit_after_successes: 1,
+        }
+    }
+}
+
+/// Scraping each replica's `/metrics` into the load view.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScrapeConfig {
+    pub enabled: bool,
+    pub interval_ms: u64,
+    pub timeout_ms: u64,
+}
+
+impl Default for ScrapeConfig {
+    fn default() -> Self {
+        ScrapeConfig {
+            enabled: true,
+            interval_ms: 250,
+            timeout_ms: 1_000,
+        }
+    }
+}
+
+/// Simulated replicas started in-process.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbeddedConfig {
+    /// How many mock-engine replicas to start (`mock-0`, `mock-1`, …); 0 for none.
+    pub mock_engines: usize,
+    /// A builtin engine profile name or a profile `.toml` path.
+    pub engine_profile: String,
+    /// Engine time runs this many times faster than wall time.
+    pub time_scale: f64,
+    /// The model name the replicas serve.
+    pub served_model: String,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        EmbeddedConfig {
+            mock_engines: 0,
+            engine_profile: "l20-qwen27b-fp8".to_owned(),
+            time_scale: 1.0,
+            served_model: "mock-model".to_owned(),
+        }
+    }
+}
+
+/// One static replica.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// The replica's name (the `target-pod` header).
+    pub name: String,
+    /// Base URL, `http://host:port`.
+    pub url: String,
+    /// The model it serves; read from its `/v1/models` when absent.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+impl GatewayConfig {
+    /// Reads and parses a TOML file (no environment or flags applied yet).
+    pub fn from_file(path: &Path) -> Result<Self, ConfigFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml_str(&text).map_err(|e| match e {
+            ConfigFileError::Parse { message, .. } => ConfigFileError::Parse {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses TOML text.
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigFileError> {
+        toml::from_str(text).map_err(|e| ConfigFileError::Parse {
+            path: "<text>".to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// The default strategy, parsed.
+    pub fn default_strategy(&self) -> Result<Strategy, ConfigFileError> {
+        self.default_strategy
+            .parse()
+            .map_err(
+                |e: router_core::policy::UnknownStrategy| ConfigFileError::Invalid {
+                    key: "default_strategy".to_owned(),
+                    value: self.default_strategy.clone(),
+                    reason: e.to_string(),
+                },
+            )
+    }
+
+    /// Checks what deserialisation cannot.
+    pub fn validate(&self) -> Result<(), ConfigFileError> {
+        self.default_strategy()?;
+        self.routing.validate()?;
+        let positive = [
+            ("max_body_bytes", self.max_body_bytes as u64),
+            (
+                "upstream.connect_timeout_ms",
+                self.upstream.connect_timeout_ms,
+            ),
+            (
+                "upstream.first_byte_timeout_ms",
+                self.upstream.first_byte_timeout_ms,
+            ),
+            ("upstream.idle_timeout_ms", self.upstream.idle_timeout_ms),
+            ("health.interval_ms", self.health.interval_ms),
+            ("health.timeout_ms", self.health.timeout_ms),
+            (
+                "health.eject_after_failures",
+                u64::from(self.health.eject_after_failures),
+            ),
+            (
+                "health.readmit_after_successes",
+                u64::from(self.health.readmit_after_successes),
+            ),
+            ("engine_scrape.interval_ms", self.engine_scrape.interval_ms),
+            ("engine_scrape.timeout_ms", self.engine_scrape.timeout_ms),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return Err(invalid(key, value.to_string(), "must be at least 1"));
+            }
+        }
+        let scale = self.embedded.time_scale;
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(invalid(
+                "embedded.time_scale",
+                scale.to_string(),
+                "must be > 0",
+            ));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, backend) in self.backends.iter().enumerate() {
+            if backend.name.is_empty() {
+                return Err(invalid(
+                    &format!("backends[{i}].name"),
+                    String::new(),
+                    "is empty",
+                ));
+            }
+            if !names.insert(backend.name.as_str()) {
+                return Err(invalid(
+                    &format!("backends[{i}].name"),
+                    backend.name.clone(),
+                    "names a replica twice",
+                ));
+            }
+            crate::replicas::static_::parse_base_url(&backend.url).map_err(|reason| {
+                invalid(&format!("backends[{i}].url"), backend.url.clone(), &reason)
+            })?;
+        }
+        Ok(())
+    }
+
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.upstream.connect_timeout_ms)
+    }
+    pub fn first_byte_timeout(&self) -> Duration {
+        Duration::from_millis(self.upstream.first_byte_timeout_ms)
+    }
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.upstream.idle_timeout_ms)
+    }
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_secs)
+    }
+}
+
+fn invalid(key: &str, value: String, reason: &str) -> ConfigFileError {
+    ConfigFileError::Invalid {
+        key: key.to_owned(),
+        value,
+        reason: reason.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        let config = GatewayConfig::from_toml_str("").unwrap();
+        assert_eq!(config, GatewayConfig::default());
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let error = GatewayConfig::from_toml_str("listen_addr = \"127.0.0.1:1\"").unwrap_err();
+        assert!(error.to_string().contains("listen_addr"), "{error}");
+        let error = GatewayConfig::from_toml_str("[upstream]\nretries = 3").unwrap_err();
+        assert!(error.to_string().contains("retries"), "{error}");
+        let error = GatewayConfig::from_toml_str("[routing]\nblocksize = 3").unwrap_err();
+        assert!(error.to_string().contains("blocksize"), "{error}");
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let config = GatewayConfig::from_toml_str("default_strategy = \"fastest\"").unwrap();
+        let error = config.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("default_strategy") && error.contains("fastest"),
+            "{error}"
+        );
+
+        let config = GatewayConfig::from_toml_str("[health]\ninterval_ms = 0").unwrap();
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("health.interval_ms")
+        );
+
+        let text = "[[backends]]\nname = \"a\"\nurl = \"ftp://x\"";
+        let error = GatewayConfig::from_toml_str(text)
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(error.to_string().contains("backends[0].url"), "{error}");
+
+        let error = GatewayConfig::from_toml_str("listen = \"nowhere\"").unwrap_err();
+        assert!(error.to_string().contains("listen"), "{error}");
+    }
+
+    #[test]
+    fn backends_parse_with_optional_model() {
+        let text = r#"
+            [[backends]]
+            name = "L20-A"
+            url = "http://10.0.0.5:8000"
+            model = "qwen"
+            [[backends]]
+            name = "L20-B"
+            url = "http://10.0.0.6:8000"
+        "#;
+        let config = GatewayConfig::from_toml_str(text).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.backends[0].model.as_deref(), Some("qwen"));
+        assert_eq!(config.backends[1].model, None);
+    }
+
+    #[test]
+    fn duplicate_backend_names_are_refused() {
+        let text = "[[backends]]\nname = \"a\"\nurl = \"http://127.0.0.1:1\"\n[[backends]]\nname = \"a\"\nurl = \"http://127.0.0.1:2\"";
+        let error = GatewayConfig::from_toml_str(text)
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(error.to_string().contains("backends[1].name"), "{error}");
+    }
+}

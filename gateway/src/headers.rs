@@ -1,0 +1,193 @@
+//! Header rules: which headers travel upstream and back, the request id, and the routing
+//! headers prefixgate adds to every routed response (SPEC §3.1).
+//!
+//! Hop-by-hop headers (RFC 9110 §7.6.1) are connection-scoped and are never forwarded in
+//! either direction; `host` and `content-length` are rewritten for the upstream hop. The
+//! routing headers are: `request-id`, `routing-strategy`, `target-pod` (the pod **name**, as
+//! AIBrix sets it), `target-pod-ip` (`ip:port`), `x-prefixgate-outstanding` (the chosen pod's
+//! count just before this request) and `x-prefixgate-match-percent` (only when the policy
+//! consulted the prefix index).
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use rand::RngCore;
+use router_core::Decision;
+
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub const ROUTING_STRATEGY: HeaderName = HeaderName::from_static("routing-strategy");
+pub const TARGET_POD: HeaderName = HeaderName::from_static("target-pod");
+pub const TARGET_POD_IP: HeaderName = HeaderName::from_static("target-pod-ip");
+pub const OUTSTANDING: HeaderName = HeaderName::from_static("x-prefixgate-outstanding");
+pub const MATCH_PERCENT: HeaderName = HeaderName::from_static("x-prefixgate-match-percent");
+
+/// Longest client-supplied request id that is kept; longer ones are replaced, so a client
+/// cannot make the gateway log or forward arbitrarily large values.
+const MAX_REQUEST_ID_LEN: usize = 128;
+
+/// The client's `x-request-id` when it is a sane visible-ASCII value, else a fresh UUID v4.
+pub fn request_id(headers: &HeaderMap) -> HeaderValue {
+    if let Some(value) = headers.get(&X_REQUEST_ID) {
+        let bytes = value.as_bytes();
+        if !bytes.is_empty()
+            && bytes.len() <= MAX_REQUEST_ID_LEN
+            && bytes.iter().all(|b| b.is_ascii_graphic())
+        {
+            return value.clone();
+        }
+    }
+    fresh_request_id()
+}
+
+/// A random UUID v4 in its canonical text form.
+pub fn fresh_request_id() -> HeaderValue {
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let text = format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    );
+    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+}
+
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
+
+/// Headers to send upstream: the client's, minus hop-by-hop, `host` and `content-length`
+/// (hyper sets both for the new hop), with `x-request-id` set.
+pub fn upstream_request_headers(client: &HeaderMap, request_id: &HeaderValue) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(client.len() + 1);
+    for (name, value) in client {
+        if is_hop_by_hop(name) || name == header::HOST || name == header::CONTENT_LENGTH {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out.insert(X_REQUEST_ID, request_id.clone());
+    out
+}
+
+/// Copies an upstream response's headers, minus hop-by-hop ones, into `out`.
+pub fn copy_response_headers(upstream: &HeaderMap, out: &mut HeaderMap) {
+    for (name, value) in upstream {
+        if !is_hop_by_hop(name) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+}
+
+/// Adds prefixgate's routing headers to a response.
+pub fn set_routing_headers(
+    out: &mut HeaderMap,
+    request_id: &HeaderValue,
+    decision: &Decision,
+    pod_authority: &str,
+) {
+    out.insert(REQUEST_ID, request_id.clone());
+    out.insert(
+        ROUTING_STRATEGY,
+        HeaderValue::from_static(decision.strategy.as_str()),
+    );
+    if let Ok(value) = HeaderValue::from_str(&decision.pod_name) {
+        out.insert(TARGET_POD, value);
+    }
+    if let Ok(value) = HeaderValue::from_str(pod_authority) {
+        out.insert(TARGET_POD_IP, value);
+    }
+    out.insert(
+        OUTSTANDING,
+        HeaderValue::from(decision.outstanding_at_selection),
+    );
+    if let Some(percent) = decision.match_percent {
+        out.insert(MATCH_PERCENT, HeaderValue::from(u16::from(percent)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use router_core::Strategy;
+
+    #[test]
+    fn keeps_a_sane_request_id_and_replaces_others() {
+        let mut headers = HeaderMap::new();
+        headers.insert(X_REQUEST_ID, HeaderValue::from_static("abc-123"));
+        assert_eq!(request_id(&headers), "abc-123");
+        headers.insert(X_REQUEST_ID, HeaderValue::from_static("has space"));
+        assert_ne!(request_id(&headers), "has space");
+        let long = "x".repeat(MAX_REQUEST_ID_LEN + 1);
+        headers.insert(X_REQUEST_ID, HeaderValue::from_str(&long).unwrap());
+        assert_eq!(request_id(&headers).len(), 36);
+    }
+
+    #[test]
+    fn fresh_ids_are_uuid_v4_and_differ() {
+        let a = fresh_request_id();
+        let b = fresh_request_id();
+        assert_ne!(a, b);
+        let text = a.to_str().unwrap();
+        assert_eq!(text.len(), 36);
+        assert_eq!(&text[14..15], "4");
+    }
+
+    #[test]
+    fn hop_by_hop_and_length_are_not_forwarded() {
+        let mut client = HeaderMap::new();
+        client.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        client.insert(header::HOST, HeaderValue::from_static("gw"));
+        client.insert(header::CONTENT_LENGTH, HeaderValue::from_static("9"));
+        client.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+        let id = HeaderValue::from_static("rid");
+        let out = upstream_request_headers(&client, &id);
+        assert_eq!(out.get(header::AUTHORIZATION).unwrap(), "Bearer k");
+        assert_eq!(out.get(&X_REQUEST_ID).unwrap(), "rid");
+        assert!(out.get(header::CONNECTION).is_none());
+        assert!(out.get(header::HOST).is_none());
+        assert!(out.get(header::CONTENT_LENGTH).is_none());
+    }
+
+    #[test]
+    fn routing_headers_name_the_pod() {
+        let decision = Decision {
+            pod: 1,
+            pod_name: "L20-B".into(),
+            strategy: Strategy::PrefixCache,
+            selection: None,
+            match_percent: Some(42),
+            imbalance: false,
+            outstanding_at_selection: 3,
+            prefix_hashes: vec![],
+        };
+        let mut out = HeaderMap::new();
+        set_routing_headers(
+            &mut out,
+            &HeaderValue::from_static("rid"),
+            &decision,
+            "10.0.0.6:8000",
+        );
+        assert_eq!(out.get(&TARGET_POD).unwrap(), "L20-B");
+        assert_eq!(out.get(&TARGET_POD_IP).unwrap(), "10.0.0.6:8000");
+        assert_eq!(out.get(&ROUTING_STRATEGY).unwrap(), "prefix-cache");
+        assert_eq!(out.get(&OUTSTANDING).unwrap(), "3");
+        assert_eq!(out.get(&MATCH_PERCENT).unwrap(), "42");
+        assert_eq!(out.get(&REQUEST_ID).unwrap(), "rid");
+    }
+}

@@ -1,0 +1,99 @@
+//! The request path of the OpenAI inference endpoints, step by step:
+//! read and parse the body ([`crate::parse`]) → choose a strategy and a replica
+//! ([`crate::pick`]) → forward with retries ([`crate::proxy`]) → answer with the replica's
+//! status and headers plus prefixgate's routing headers ([`crate::headers`]) and a body that
+//! releases the pod when it ends ([`crate::release`]).
+//!
+//! Errors before the response are answered here, OpenAI-shaped, with the request id.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use http::HeaderValue;
+use router_core::text::Endpoint;
+
+use crate::app::AppState;
+use crate::error::GatewayError;
+use crate::headers;
+use crate::parse;
+use crate::pick;
+use crate::proxy::{self, Forwarded};
+use crate::release::{Completion, GuardedBody};
+
+/// Serves one chat, completion or embedding request.
+pub async fn inference(
+    State(state): State<Arc<AppState>>,
+    endpoint: Endpoint,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let request_id = headers::request_id(&parts.headers);
+    let mut model = String::new();
+    match serve(&state, endpoint, parts, body, &request_id, &mut model).await {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::debug!(%error, request_id = ?request_id, "request refused");
+            state
+                .metrics
+                .record_request(&model, "", error.status().as_u16());
+            let mut response = error.into_response();
+            response
+                .headers_mut()
+                .insert(headers::REQUEST_ID, request_id);
+            response
+        }
+    }
+}
+
+async fn serve(
+    state: &AppState,
+    endpoint: Endpoint,
+    parts: http::request::Parts,
+    body: Body,
+    request_id: &HeaderValue,
+    model: &mut String,
+) -> Result<Response, GatewayError> {
+    let bytes = parse::read_body(&parts.headers, body, state.settings.max_body_bytes).await?;
+    let fields = parse::fields(endpoint, &bytes)?;
+    model.clone_from(&fields.model);
+    let strategy = pick::strategy(&parts.headers, state.settings.default_strategy, endpoint)?;
+    let Forwarded {
+        response,
+        picked,
+        sent_at,
+    } = proxy::forward(state, strategy, &fields, &parts, bytes, request_id).await?;
+
+    let (upstream, upstream_body) = response.into_parts();
+    let sse = upstream
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let pod = picked.replica.name().to_owned();
+    state
+        .metrics
+        .record_request(&fields.model, &pod, upstream.status.as_u16());
+    let body = GuardedBody::new(
+        upstream_body,
+        picked.guard,
+        sse,
+        state.settings.idle_timeout,
+        Completion {
+            metrics: state.metrics.clone(),
+            pod,
+            sent_at,
+        },
+    );
+    let mut response = Response::new(Body::new(body));
+    *response.status_mut() = upstream.status;
+    headers::copy_response_headers(&upstream.headers, response.headers_mut());
+    headers::set_routing_headers(
+        response.headers_mut(),
+        request_id,
+        &picked.decision,
+        picked.replica.authority(),
+    );
+    Ok(response)
+}

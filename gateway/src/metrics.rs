@@ -1,0 +1,358 @@
+//! The gateway's Prometheus metrics, in its own registry, served on the metrics listener.
+//!
+//! Two families. AIBrix's six `aibrix_prefix_cache_*` metrics keep AIBrix v0.7.0's exact
+//! names, types, labels and buckets so existing dashboards work; they move only for
+//! `prefix-cache` decisions (never for the single-pod short-circuit) and are driven from
+//! router-core's `Decision`. prefixgate's own `prefixgate_*` metrics cover requests, per-pod
+//! outstanding counts, upstream latency, retries and ejections. Per-pod gauges are refreshed
+//! from the live load view when `/metrics` is scraped, so the request path never touches them.
+
+use std::time::Duration;
+
+use prometheus::{
+    CounterVec, Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+use router_core::Decision;
+
+use crate::replicas::Replica;
+
+/// AIBrix's `using_kv_sync` label: prefixgate has no KV-event sync yet.
+const USING_KV_SYNC: &str = "false";
+
+/// Every metric the gateway exports.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    decisions: CounterVec,
+    selections: CounterVec,
+    routing_errors: CounterVec,
+    load_imbalance: CounterVec,
+    routing_latency: HistogramVec,
+    requests: IntCounterVec,
+    outstanding: IntGaugeVec,
+    ready: IntGaugeVec,
+    upstream_ttft: HistogramVec,
+    upstream_total: HistogramVec,
+    retries: IntCounterVec,
+    ejections: IntCounterVec,
+    readmissions: IntCounterVec,
+}
+
+/// A metric could not be registered (a name clash: a programming error caught by tests).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot register metrics: {0}")]
+pub struct MetricsError(#[from] prometheus::Error);
+
+/// Upstream latency buckets (seconds): 1 ms to 60 s, covering cache-hit TTFTs to long streams.
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0,
+];
+
+impl Metrics {
+    pub fn new() -> Result<Self, MetricsError> {
+        let registry = Registry::new();
+        let decisions = CounterVec::new(
+            Opts::new(
+                "aibrix_prefix_cache_routing_decisions_total",
+                "Prefix-cache routing decisions by the chosen pod's match-percent bucket",
+            ),
+            &["model", "match_percent_bucket", "using_kv_sync"],
+        )?;
+        let selections = CounterVec::new(
+            Opts::new(
+                "aibrix_prefix_cache_routing_selection_total",
+                "Prefix-cache routing decisions by selection kind",
+            ),
+            &["model", "selection", "using_kv_sync"],
+        )?;
+        let routing_errors = CounterVec::new(
+            Opts::new(
+                "aibrix_prefix_cache_routing_errors_total",
+                "Prefix-cache routing errors by reason",
+            ),
+            &["model", "reason", "using_kv_sync"],
+        )?;
+        let load_imbalance = CounterVec::new(
+            Opts::new(
+                "aibrix_prefix_cache_load_imbalance_total",
+                "Prefix-cache routes where max-min outstanding exceeded the imbalance count",
+            ),
+            &["model", "using_kv_sync"],
+        )?;
+        let routing_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "aibrix_prefix_cache_routing_latency_seconds",
+                "Prefix-cache routing latency",
+            )
+            .buckets(prometheus::exponential_buckets(1e-5, 2.0, 15)?),
+            &["model", "using_kv_sync"],
+        )?;
+        let indexer_status = GaugeVec::new(
+            Opts::new(
+                "aibrix_prefix_cache_indexer_status",
+                "Which prefix indexer is in use (1) or not (0)",
+            ),
+            &["model", "indexer_type"],
+        )?;
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "prefixgate_requests_total",
+                "Requests answered, by model, pod and status code",
+            ),
+            &["model", "pod", "code"],
+        )?;
+        let outstanding = IntGaugeVec::new(
+            Opts::new(
+                "prefixgate_outstanding_requests",
+                "Requests routed to a pod whose responses have not finished",
+            ),
+            &["pod"],
+        )?;
+        let ready = IntGaugeVec::new(
+            Opts::new(
+                "prefixgate_replica_ready",
+                "Whether a replica takes new requests",
+            ),
+            &["pod"],
+        )?;
+        let upstream_ttft = HistogramVec::new(
+            HistogramOpts::new(
+                "prefixgate_upstream_ttft_seconds",
+                "Time from sending a request upstream to the first response body chunk",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["pod"],
+        )?;
+        let upstream_total = HistogramVec::new(
+            HistogramOpts::new(
+                "prefixgate_upstream_total_seconds",
+                "Time from sending a request upstream to the end of its response body",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["pod"],
+        )?;
+        let retries = IntCounterVec::new(
+            Opts::new(
+                "prefixgate_upstream_retries_total",
+                "Requests retried on another replica after this pod failed before any byte",
+            ),
+            &["pod"],
+        )?;
+        let ejections = IntCounterVec::new(
+            Opts::new(
+                "prefixgate_replica_ejections_total",
+                "Replicas ejected after consecutive failures",
+            ),
+            &["pod"],
+        )?;
+        let readmissions = IntCounterVec::new(
+            Opts::new(
+                "prefixgate_replica_readmissions_total",
+                "Ejected replicas re-admitted",
+            ),
+            &["pod"],
+        )?;
+        registry.register(Box::new(decisions.clone()))?;
+        registry.register(Box::new(selections.clone()))?;
+        registry.register(Box::new(routing_errors.clone()))?;
+        registry.register(Box::new(load_imbalance.clone()))?;
+        registry.register(Box::new(routing_latency.clone()))?;
+        registry.register(Box::new(indexer_status.clone()))?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(outstanding.clone()))?;
+        registry.register(Box::new(ready.clone()))?;
+        registry.register(Box::new(upstream_ttft.clone()))?;
+        registry.register(Box::new(upstream_total.clone()))?;
+        registry.register(Box::new(retries.clone()))?;
+        registry.register(Box::new(ejections.clone()))?;
+        registry.register(Box::new(readmissions.clone()))?;
+        // AIBrix v0.7.0 sets this once at construction with an empty model label.
+        indexer_status.with_label_values(&["", "local"]).set(1.0);
+        indexer_status.with_label_values(&["", "sync"]).set(0.0);
+        Ok(Metrics {
+            registry,
+            decisions,
+            selections,
+            routing_errors,
+            load_imbalance,
+            routing_latency,
+            requests,
+            outstanding,
+            ready,
+            upstream_ttft,
+            upstream_total,
+            retries,
+            ejections,
+            readmissions,
+        })
+    }
+
+    /// Records a routing decision. Only prefix-index decisions (`selection` set) move the
+    /// AIBrix counters; that excludes other policies and the single-pod short-circuit.
+    pub fn record_decision(&self, model: &str, decision: &Decision, latency: Duration) {
+        let (Some(selection), Some(bucket)) = (decision.selection, decision.bucket()) else {
+            return;
+        };
+        if decision.imbalance {
+            self.load_imbalance
+                .with_label_values(&[model, USING_KV_SYNC])
+                .inc();
+        }
+        self.decisions
+            .with_label_values(&[model, bucket.as_str(), USING_KV_SYNC])
+            .inc();
+        self.selections
+            .with_label_values(&[model, selection.as_str(), USING_KV_SYNC])
+            .inc();
+        self.routing_latency
+            .with_label_values(&[model, USING_KV_SYNC])
+            .observe(latency.as_secs_f64());
+    }
+
+    /// Records a failed prefix-cache route (AIBrix observes latency on errors too).
+    pub fn record_routing_error(&self, model: &str, reason: &str, latency: Duration) {
+        self.routing_errors
+            .with_label_values(&[model, reason, USING_KV_SYNC])
+            .inc();
+        self.routing_latency
+            .with_label_values(&[model, USING_KV_SYNC])
+            .observe(latency.as_secs_f64());
+    }
+
+    /// Counts one answered request (`pod` empty when none was chosen).
+    pub fn record_request(&self, model: &str, pod: &str, code: u16) {
+        self.requests
+            .with_label_values(&[model, pod, &code.to_string()])
+            .inc();
+    }
+
+    pub fn observe_ttft(&self, pod: &str, elapsed: Duration) {
+        self.upstream_ttft
+            .with_label_values(&[pod])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn observe_total(&self, pod: &str, elapsed: Duration) {
+        self.upstream_total
+            .with_label_values(&[pod])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn record_retry(&self, pod: &str) {
+        self.retries.with_label_values(&[pod]).inc();
+    }
+
+    pub fn record_ejection(&self, pod: &str) {
+        self.ejections.with_label_values(&[pod]).inc();
+    }
+
+    pub fn record_readmission(&self, pod: &str) {
+        self.readmissions.with_label_values(&[pod]).inc();
+    }
+
+    /// The text exposition, with per-pod gauges refreshed from `replicas` first.
+    pub fn render(&self, replicas: &[std::sync::Arc<Replica>]) -> String {
+        for replica in replicas {
+            let outstanding = i64::try_from(replica.load().outstanding()).unwrap_or(i64::MAX);
+            self.outstanding
+                .with_label_values(&[replica.name()])
+                .set(outstanding);
+            self.ready
+                .with_label_values(&[replica.name()])
+                .set(i64::from(replica.is_ready()));
+        }
+        let mut buffer = Vec::new();
+        if let Err(error) = TextEncoder::new().encode(&self.registry.gather(), &mut buffer) {
+            tracing::warn!(%error, "cannot encode metrics");
+        }
+        String::from_utf8_lossy(&buffer).into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use router_core::{Selection, Strategy};
+
+    fn decision(
+        selection: Option<Selection>,
+        match_percent: Option<u8>,
+        imbalance: bool,
+    ) -> Decision {
+        Decision {
+            pod: 0,
+            pod_name: "a".into(),
+            strategy: Strategy::PrefixCache,
+            selection,
+            match_percent,
+            imbalance,
+            outstanding_at_selection: 0,
+            prefix_hashes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn aibrix_metrics_have_their_names_labels_and_buckets() {
+        let metrics = Metrics::new().unwrap();
+        let d = decision(Some(Selection::PrefixMatch), Some(80), true);
+        metrics.record_decision("m", &d, Duration::from_micros(15));
+        metrics.record_routing_error("m", "tokenize_failed", Duration::from_micros(1));
+        let text = metrics.render(&[]);
+        for line in [
+            r#"aibrix_prefix_cache_routing_decisions_total{match_percent_bucket="76-100",model="m",using_kv_sync="false"} 1"#,
+            r#"aibrix_prefix_cache_routing_selection_total{model="m",selection="prefix_match",using_kv_sync="false"} 1"#,
+            r#"aibrix_prefix_cache_load_imbalance_total{model="m",using_kv_sync="false"} 1"#,
+            r#"aibrix_prefix_cache_routing_errors_total{model="m",reason="tokenize_failed",using_kv_sync="false"} 1"#,
+            r#"aibrix_prefix_cache_routing_latency_seconds_bucket{model="m",using_kv_sync="false",le="0.00001"} 1"#,
+            r#"aibrix_prefix_cache_routing_latency_seconds_bucket{model="m",using_kv_sync="false",le="0.16384"} 2"#,
+            r#"aibrix_prefix_cache_routing_latency_seconds_count{model="m",using_kv_sync="false"} 2"#,
+            r#"aibrix_prefix_cache_indexer_status{indexer_type="local",model=""} 1"#,
+            r#"aibrix_prefix_cache_indexer_status{indexer_type="sync",model=""} 0"#,
+        ] {
+            assert!(text.contains(line), "missing {line}\n{text}");
+        }
+        let buckets = text
+            .lines()
+            .filter(|l| l.starts_with("aibrix_prefix_cache_routing_latency_seconds_bucket"))
+            .count();
+        assert_eq!(buckets, 16, "15 finite buckets and +Inf");
+    }
+
+    #[test]
+    fn non_prefix_decisions_move_no_aibrix_counter() {
+        let metrics = Metrics::new().unwrap();
+        metrics.record_decision("m", &decision(None, None, false), Duration::from_micros(5));
+        let text = metrics.render(&[]);
+        assert!(
+            !text.contains("aibrix_prefix_cache_routing_decisions_total{"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("aibrix_prefix_cache_routing_latency_seconds_count{"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn per_pod_gauges_follow_the_load_view() {
+        let metrics = Metrics::new().unwrap();
+        let replica = std::sync::Arc::new(Replica::new("a", "h:1", vec![]));
+        let guard = replica.load().acquire();
+        let text = metrics.render(std::slice::from_ref(&replica));
+        assert!(
+            text.contains(r#"prefixgate_outstanding_requests{pod="a"} 1"#),
+            "{text}"
+        );
+        drop(guard);
+        let text = metrics.render(&[replica]);
+        assert!(
+            text.contains(r#"prefixgate_outstanding_requests{pod="a"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"prefixgate_replica_ready{pod="a"} 1"#),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,76 @@
+//! Step 2 of the request path: read the body (bounded) and parse only what routing needs.
+//!
+//! The body is read whole, up to `max_body_bytes`, because routing needs the prompt; the
+//! bytes read are the bytes forwarded (never re-serialised). Parsing is router-core's
+//! [`routing_fields`]: model, stream flag and message text.
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use router_core::text::{Endpoint, RoutingFields, routing_fields};
+
+use crate::error::GatewayError;
+
+/// Reads the whole body, refusing more than `limit` bytes (413) before reading them when the
+/// client declares a `content-length`, and while reading otherwise.
+pub async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, GatewayError> {
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(GatewayError::BodyTooLarge { limit });
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<LengthLimitError>() => Err(GatewayError::BodyTooLarge { limit }),
+        Err(error) => Err(GatewayError::BodyRead(error.to_string())),
+    }
+}
+
+/// The routing fields of a body sent to `endpoint`.
+pub fn fields(endpoint: Endpoint, body: &[u8]) -> Result<RoutingFields, GatewayError> {
+    Ok(routing_fields(endpoint, body)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reads_a_body_within_the_limit() {
+        let body = read_body(&HeaderMap::new(), Body::from("12345"), 5)
+            .await
+            .unwrap();
+        assert_eq!(&body[..], b"12345");
+    }
+
+    #[tokio::test]
+    async fn refuses_an_undeclared_body_over_the_limit() {
+        let error = read_body(&HeaderMap::new(), Body::from("123456"), 5)
+            .await
+            .unwrap_err();
+        assert_eq!(error, GatewayError::BodyTooLarge { limit: 5 });
+    }
+
+    #[tokio::test]
+    async fn refuses_a_declared_length_over_the_limit_without_reading() {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::CONTENT_LENGTH, "999".parse().unwrap());
+        let error = read_body(&headers, Body::empty(), 5).await.unwrap_err();
+        assert_eq!(error, GatewayError::BodyTooLarge { limit: 5 });
+    }
+
+    #[test]
+    fn bad_bodies_are_client_errors() {
+        let error = fields(Endpoint::ChatCompletions, b"{not json").unwrap_err();
+        assert_eq!(error.status(), 400);
+        let error = fields(Endpoint::ChatCompletions, b"{\"messages\":[]}").unwrap_err();
+        assert_eq!(error.code(), "missing_model");
+    }
+}

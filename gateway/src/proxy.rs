@@ -1,0 +1,176 @@
+//! Steps 4–5 of the request path: forward the bytes upstream, with bounded retries.
+//!
+//! The upstream client is hyper-util's pooled client with TCP_NODELAY and a connect timeout.
+//! An attempt that fails **before any response byte** (connect refused, reset, or a 502/503
+//! status) is retried on another replica chosen by the same policy, at most `max_retries`
+//! times; nothing has reached the client yet, so a retry is invisible to it. A replica that
+//! sends no response headers within the first-byte timeout is not retried (the request may be
+//! running there) and the client gets 504. Once headers arrive, the response is committed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use router_core::Strategy;
+use router_core::text::RoutingFields;
+use tokio::time::Instant;
+
+use crate::app::AppState;
+use crate::error::GatewayError;
+use crate::headers;
+use crate::pick::{Picked, pick};
+use crate::replicas::{HealthChange, Replica};
+
+/// The pooled upstream HTTP/1 client.
+pub type UpstreamClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A client with TCP_NODELAY, the connect timeout and the pool's idle timeout.
+pub fn upstream_client(connect_timeout: Duration, pool_idle: Duration) -> UpstreamClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(connect_timeout));
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(pool_idle)
+        .build(connector)
+}
+
+/// A response whose headers arrived, with the pick it came from.
+#[derive(Debug)]
+pub struct Forwarded {
+    pub response: Response<Incoming>,
+    pub picked: Picked,
+    pub sent_at: Instant,
+}
+
+/// Why one attempt failed.
+#[derive(Debug)]
+enum AttemptError {
+    /// Before any response byte; another replica may be tried.
+    Retryable { reason: String, connect: bool },
+    /// No response headers in time.
+    Timeout,
+}
+
+/// Picks a replica and forwards the request, retrying another replica on early failures.
+pub async fn forward(
+    state: &AppState,
+    strategy: Strategy,
+    fields: &RoutingFields,
+    parts: &Parts,
+    body: Bytes,
+    request_id: &HeaderValue,
+) -> Result<Forwarded, GatewayError> {
+    let max_attempts = state.settings.max_retries.saturating_add(1);
+    let mut tried: Vec<Arc<Replica>> = Vec::new();
+    let mut last_failure = String::new();
+    for attempt in 1..=max_attempts {
+        let picked = match pick(state, strategy, fields, &tried) {
+            Ok(picked) => picked,
+            // Every replica was tried: the failure is theirs, not a lack of replicas.
+            Err(GatewayError::NoReadyReplica(_)) if !tried.is_empty() => break,
+            Err(error) => return Err(error),
+        };
+        let sent_at = Instant::now();
+        let pod = picked.replica.name().to_owned();
+        match send(state, &picked.replica, parts, body.clone(), request_id).await {
+            Ok(response) if is_retryable_status(response.status()) && attempt < max_attempts => {
+                last_failure = format!("{pod} answered {}", response.status());
+            }
+            Ok(response) => {
+                return Ok(Forwarded {
+                    response,
+                    picked,
+                    sent_at,
+                });
+            }
+            Err(AttemptError::Timeout) => {
+                return Err(GatewayError::UpstreamTimeout {
+                    pod,
+                    timeout_ms: state.settings.first_byte_timeout.as_millis() as u64,
+                });
+            }
+            Err(AttemptError::Retryable { reason, connect }) => {
+                if connect {
+                    let change = picked
+                        .replica
+                        .report_failure(state.settings.eject_after_failures);
+                    if change == HealthChange::Ejected {
+                        state.metrics.record_ejection(&pod);
+                    }
+                }
+                last_failure = format!("{pod}: {reason}");
+            }
+        }
+        tracing::debug!(%pod, attempt, failure = %last_failure, "upstream attempt failed");
+        state.metrics.record_retry(&pod);
+        tried.push(Arc::clone(&picked.replica));
+        // `picked` (and its outstanding guard) is dropped here: the failed pod is released.
+    }
+    Err(GatewayError::UpstreamUnavailable {
+        model: fields.model.clone(),
+        attempts: u32::try_from(tried.len()).unwrap_or(u32::MAX),
+        last: last_failure,
+    })
+}
+
+/// 502 and 503 from a replica mean it did not take the request (vLLM answers 503 while
+/// starting or overloaded); other statuses are the replica's answer and pass through.
+fn is_retryable_status(status: StatusCode) -> bool {
+    status == StatusCode::BAD_GATEWAY || status == StatusCode::SERVICE_UNAVAILABLE
+}
+
+/// One attempt: the request to one replica, up to its response headers.
+async fn send(
+    state: &AppState,
+    replica: &Replica,
+    parts: &Parts,
+    body: Bytes,
+    request_id: &HeaderValue,
+) -> Result<Response<Incoming>, AttemptError> {
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let uri = format!("http://{}{}", replica.authority(), path);
+    let mut request = Request::builder()
+        .method(parts.method.clone())
+        .uri(uri)
+        .body(Full::new(body))
+        .map_err(|e| AttemptError::Retryable {
+            reason: format!("cannot build the upstream request: {e}"),
+            connect: false,
+        })?;
+    *request.headers_mut() = headers::upstream_request_headers(&parts.headers, request_id);
+    match tokio::time::timeout(
+        state.settings.first_byte_timeout,
+        state.client.request(request),
+    )
+    .await
+    {
+        Err(_elapsed) => Err(AttemptError::Timeout),
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(error)) => {
+            let connect = error.is_connect();
+            Err(AttemptError::Retryable {
+                reason: describe(&error),
+                connect,
+            })
+        }
+    }
+}
+
+/// The error and its causes in one line (hyper-util's top-level message is generic).
+fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

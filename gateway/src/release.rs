@@ -1,0 +1,335 @@
+//! Step 6 of the request path: stream the upstream body back and release the pod.
+//!
+//! [`GuardedBody`] wraps the upstream response body and is handed to the server as the
+//! client's response body, so frames flow one at a time with the client's own backpressure
+//! (no task, no channel). It owns the request's [`OutstandingGuard`]: the guard is released
+//! when the upstream body ends, when it fails, or when the server drops the body because the
+//! client went away. Dropping the body also drops the upstream connection, which cancels the
+//! request on the replica.
+//!
+//! Failure after the response began cannot change the status any more. For an SSE response
+//! the failure becomes one `data: {"error":…}` event followed by `data: [DONE]`, so OpenAI
+//! clients see a clean end; for other responses the body errors and the connection is cut,
+//! so the client sees a truncated body rather than a silently short one.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use router_core::OutstandingGuard;
+use tokio::time::{Instant, Sleep};
+
+use crate::error::openai_error;
+use crate::metrics::Metrics;
+
+/// Why a response body stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error("replica {pod} failed mid-response: {reason}")]
+    Upstream { pod: String, reason: String },
+    #[error("replica {pod} sent nothing for {idle_ms} ms mid-response")]
+    Idle { pod: String, idle_ms: u128 },
+}
+
+/// What to record when the body finishes.
+#[derive(Debug)]
+pub struct Completion {
+    pub metrics: Metrics,
+    pub pod: String,
+    /// When the request was sent upstream.
+    pub sent_at: Instant,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Streaming,
+    /// The SSE error event and `[DONE]` still to send after a mid-stream failure.
+    Tail(VecDeque<Bytes>),
+    Done,
+}
+
+/// The client's response body: the upstream body plus the request's outstanding guard.
+#[derive(Debug)]
+pub struct GuardedBody<B> {
+    inner: B,
+    guard: Option<OutstandingGuard>,
+    phase: Phase,
+    sse: bool,
+    idle: Duration,
+    idle_timer: Pin<Box<Sleep>>,
+    /// Whether the idle timer measures the current wait (re-armed on the first `Pending`
+    /// after each frame, so time the client spends not reading is not counted as upstream
+    /// silence).
+    timer_armed: bool,
+    /// Whether the last byte sent ended an SSE event, so an error event starts cleanly.
+    at_event_boundary: bool,
+    first_frame_seen: bool,
+    completion: Option<Completion>,
+}
+
+impl<B> GuardedBody<B> {
+    pub fn new(
+        inner: B,
+        guard: OutstandingGuard,
+        sse: bool,
+        idle: Duration,
+        completion: Completion,
+    ) -> Self {
+        GuardedBody {
+            inner,
+            guard: Some(guard),
+            phase: Phase::Streaming,
+            sse,
+            idle,
+            idle_timer: Box::pin(tokio::time::sleep(idle)),
+            timer_armed: false,
+            at_event_boundary: true,
+            first_frame_seen: false,
+            completion: Some(completion),
+        }
+    }
+
+    /// Releases the guard and records the total time, once.
+    fn finish(&mut self) {
+        self.guard = None;
+        if let Some(completion) = self.completion.take() {
+            completion
+                .metrics
+                .observe_total(&completion.pod, completion.sent_at.elapsed());
+        }
+    }
+
+    fn pod(&self) -> String {
+        self.completion
+            .as_ref()
+            .map(|c| c.pod.clone())
+            .unwrap_or_default()
+    }
+
+    /// Ends the stream after a failure: an SSE error tail, or a body error.
+    fn fail(&mut self, error: StreamError) -> Poll<Option<Result<Frame<Bytes>, StreamError>>> {
+        tracing::warn!(%error, "response stream failed");
+        self.finish();
+        if !self.sse {
+            self.phase = Phase::Done;
+            return Poll::Ready(Some(Err(error)));
+        }
+        let body = openai_error(
+            http::StatusCode::BAD_GATEWAY,
+            &error.to_string(),
+            "upstream_stream_failed",
+            None,
+        );
+        let separator = if self.at_event_boundary { "" } else { "\n\n" };
+        let mut tail = VecDeque::with_capacity(2);
+        tail.push_back(Bytes::from(format!("{separator}data: {body}\n\n")));
+        tail.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+        self.phase = Phase::Tail(tail);
+        self.next_tail_frame()
+    }
+
+    fn next_tail_frame(&mut self) -> Poll<Option<Result<Frame<Bytes>, StreamError>>> {
+        if let Phase::Tail(tail) = &mut self.phase {
+            if let Some(bytes) = tail.pop_front() {
+                return Poll::Ready(Some(Ok(Frame::data(bytes))));
+            }
+        }
+        self.phase = Phase::Done;
+        Poll::Ready(None)
+    }
+}
+
+impl<B> Body for GuardedBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    type Data = Bytes;
+    type Error = StreamError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        match this.phase {
+            Phase::Done => return Poll::Ready(None),
+            Phase::Tail(_) => return this.next_tail_frame(),
+            Phase::Streaming => {}
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.timer_armed = false;
+                if let Some(data) = frame.data_ref() {
+                    if !data.is_empty() {
+                        this.at_event_boundary = data.ends_with(b"\n\n");
+                    }
+                    if !this.first_frame_seen {
+                        this.first_frame_seen = true;
+                        if let Some(c) = &this.completion {
+                            c.metrics.observe_ttft(&c.pod, c.sent_at.elapsed());
+                        }
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(error))) => {
+                let pod = this.pod();
+                this.fail(StreamError::Upstream {
+                    pod,
+                    reason: error.to_string(),
+                })
+            }
+            Poll::Ready(None) => {
+                this.finish();
+                this.phase = Phase::Done;
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                if !this.timer_armed {
+                    this.timer_armed = true;
+                    this.idle_timer.as_mut().reset(Instant::now() + this.idle);
+                }
+                if this.idle_timer.as_mut().poll(cx).is_ready() {
+                    let pod = this.pod();
+                    return this.fail(StreamError::Idle {
+                        pod,
+                        idle_ms: this.idle.as_millis(),
+                    });
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        // An SSE stream may grow an error tail, so only non-SSE bodies pass the exact size on.
+        if self.sse || !matches!(self.phase, Phase::Streaming) {
+            SizeHint::default()
+        } else {
+            self.inner.size_hint()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::stream;
+    use http_body_util::{BodyExt, StreamBody};
+    use router_core::PodLoad;
+
+    type Chunks = StreamBody<stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, String>>>>;
+
+    fn upstream(chunks: Vec<Result<&'static str, &'static str>>) -> Chunks {
+        let frames: Vec<Result<Frame<Bytes>, String>> = chunks
+            .into_iter()
+            .map(|c| {
+                c.map(|s| Frame::data(Bytes::from_static(s.as_bytes())))
+                    .map_err(str::to_owned)
+            })
+            .collect();
+        StreamBody::new(stream::iter(frames))
+    }
+
+    fn completion() -> Completion {
+        Completion {
+            metrics: Metrics::new().unwrap(),
+            pod: "a".into(),
+            sent_at: Instant::now(),
+        }
+    }
+
+    #[tokio::test]
+    async fn releases_once_at_the_end_of_a_good_stream() {
+        let load = PodLoad::new();
+        let body = GuardedBody::new(
+            upstream(vec![Ok("data: 1\n\n"), Ok("data: [DONE]\n\n")]),
+            load.acquire(),
+            true,
+            Duration::from_secs(5),
+            completion(),
+        );
+        assert_eq!(load.outstanding(), 1);
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"data: 1\n\ndata: [DONE]\n\n");
+        assert_eq!(load.outstanding(), 0);
+    }
+
+    #[tokio::test]
+    async fn sse_failure_becomes_an_error_event_then_done() {
+        let load = PodLoad::new();
+        let body = GuardedBody::new(
+            upstream(vec![Ok("data: 1\n\ndata: par"), Err("connection reset")]),
+            load.acquire(),
+            true,
+            Duration::from_secs(5),
+            completion(),
+        );
+        let bytes = body.collect().await.unwrap().to_bytes();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(
+            text.starts_with("data: 1\n\ndata: par\n\ndata: {\"error\":"),
+            "{text}"
+        );
+        assert!(text.contains("connection reset"), "{text}");
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        assert_eq!(load.outstanding(), 0);
+    }
+
+    #[tokio::test]
+    async fn non_sse_failure_is_a_body_error() {
+        let load = PodLoad::new();
+        let body = GuardedBody::new(
+            upstream(vec![Ok("{\"a\":"), Err("reset")]),
+            load.acquire(),
+            false,
+            Duration::from_secs(5),
+            completion(),
+        );
+        assert!(body.collect().await.is_err());
+        assert_eq!(load.outstanding(), 0);
+    }
+
+    #[tokio::test]
+    async fn dropping_the_body_mid_stream_releases() {
+        let load = PodLoad::new();
+        let mut body = GuardedBody::new(
+            upstream(vec![Ok("data: 1\n\n"), Ok("data: 2\n\n")]),
+            load.acquire(),
+            true,
+            Duration::from_secs(5),
+            completion(),
+        );
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "data: 1\n\n");
+        assert_eq!(load.outstanding(), 1);
+        drop(body);
+        assert_eq!(load.outstanding(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_upstream_times_out_into_an_error_event() {
+        let load = PodLoad::new();
+        let silent = StreamBody::new(stream::pending::<Result<Frame<Bytes>, String>>());
+        let body = GuardedBody::new(
+            silent,
+            load.acquire(),
+            true,
+            Duration::from_secs(3),
+            completion(),
+        );
+        let bytes = body.collect().await.unwrap().to_bytes();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(text.contains("sent nothing for 3000 ms"), "{text}");
+        assert!(text.ends_with("data: [DONE]\n\n"));
+        assert_eq!(load.outstanding(), 0);
+    }
+}

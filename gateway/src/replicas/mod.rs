@@ -1,0 +1,198 @@
+//! The replicas the gateway routes to, and how their set and health are kept current.
+//!
+//! A [`Replica`] is one upstream (a vLLM pod or a mock engine): its name, address, the models
+//! it serves, its live load (router-core's [`PodLoad`]) and its health. The set is an
+//! [`ArcSwap`] snapshot ([`Replicas`]): discovery swaps in a new `Arc<Vec<…>>`, the request path
+//! only loads it, so nothing on the request path takes a lock. Sources and background work
+//! each have their own module: [`static_`] (flags and config file), [`embedded`] (in-process
+//! mock engines), [`health`] (active probes, ejection, re-admission, model discovery) and
+//! [`engine_scrape`] (vLLM gauges into the load view).
+
+pub mod embedded;
+pub mod engine_scrape;
+pub mod health;
+pub mod static_;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use arc_swap::ArcSwap;
+use router_core::PodLoad;
+
+/// One upstream replica.
+#[derive(Debug)]
+pub struct Replica {
+    name: String,
+    /// `host:port`, used for the upstream URI and the `target-pod-ip` header.
+    authority: String,
+    /// Models served; from config, or filled in from the replica's `/v1/models`.
+    models: ArcSwap<Vec<String>>,
+    load: Arc<PodLoad>,
+    ready: AtomicBool,
+    consecutive_failures: AtomicU32,
+    consecutive_successes: AtomicU32,
+}
+
+/// What a failure or success report did to a replica's readiness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthChange {
+    Unchanged,
+    Ejected,
+    Readmitted,
+}
+
+impl Replica {
+    /// A replica that starts ready (it is ejected only after failures are observed).
+    pub fn new(name: impl Into<String>, authority: impl Into<String>, models: Vec<String>) -> Self {
+        Replica {
+            name: name.into(),
+            authority: authority.into(),
+            models: ArcSwap::from_pointee(models),
+            load: PodLoad::new(),
+            ready: AtomicBool::new(true),
+            consecutive_failures: AtomicU32::new(0),
+            consecutive_successes: AtomicU32::new(0),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `host:port`.
+    pub fn authority(&self) -> &str {
+        &self.authority
+    }
+
+    /// `http://host:port`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.authority)
+    }
+
+    pub fn load(&self) -> &Arc<PodLoad> {
+        &self.load
+    }
+
+    /// Whether the replica takes new requests.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// The models the replica serves (empty until known).
+    pub fn models(&self) -> Arc<Vec<String>> {
+        self.models.load_full()
+    }
+
+    pub fn serves(&self, model: &str) -> bool {
+        self.models.load().iter().any(|m| m == model)
+    }
+
+    /// Replaces the model list (from discovery).
+    pub fn set_models(&self, models: Vec<String>) {
+        self.models.store(Arc::new(models));
+    }
+
+    /// Counts a failed probe or refused connection; ejects after `threshold` in a row.
+    pub fn report_failure(&self, threshold: u32) -> HealthChange {
+        self.consecutive_successes.store(0, Ordering::Release);
+        let failures = self.consecutive_failures.fetch_add(1, Ordering::AcqRel) + 1;
+        if failures >= threshold && self.ready.swap(false, Ordering::AcqRel) {
+            return HealthChange::Ejected;
+        }
+        HealthChange::Unchanged
+    }
+
+    /// Counts a good probe; re-admits an ejected replica after `threshold` in a row.
+    pub fn report_success(&self, threshold: u32) -> HealthChange {
+        self.consecutive_failures.store(0, Ordering::Release);
+        let successes = self.consecutive_successes.fetch_add(1, Ordering::AcqRel) + 1;
+        if successes >= threshold && !self.ready.swap(true, Ordering::AcqRel) {
+            return HealthChange::Readmitted;
+        }
+        HealthChange::Unchanged
+    }
+}
+
+/// The current replica set, swapped atomically by discovery.
+#[derive(Debug)]
+pub struct Replicas {
+    current: ArcSwap<Vec<Arc<Replica>>>,
+}
+
+impl Replicas {
+    pub fn new(replicas: Vec<Arc<Replica>>) -> Self {
+        Replicas {
+            current: ArcSwap::from_pointee(replicas),
+        }
+    }
+
+    /// The set as of now; later swaps do not affect the returned snapshot.
+    pub fn snapshot(&self) -> Arc<Vec<Arc<Replica>>> {
+        self.current.load_full()
+    }
+
+    /// Replaces the whole set.
+    pub fn replace(&self, replicas: Vec<Arc<Replica>>) {
+        self.current.store(Arc::new(replicas));
+    }
+
+    /// The union of every replica's models, sorted, without duplicates.
+    pub fn models(&self) -> Vec<String> {
+        let mut models: Vec<String> = self
+            .current
+            .load()
+            .iter()
+            .flat_map(|r| r.models().as_ref().clone())
+            .collect();
+        models.sort();
+        models.dedup();
+        models
+    }
+
+    /// Whether any replica is ready.
+    pub fn any_ready(&self) -> bool {
+        self.current.load().iter().any(|r| r.is_ready())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ejects_after_threshold_and_readmits() {
+        let replica = Replica::new("a", "127.0.0.1:1", vec!["m".into()]);
+        assert!(replica.is_ready());
+        assert_eq!(replica.report_failure(3), HealthChange::Unchanged);
+        assert_eq!(replica.report_failure(3), HealthChange::Unchanged);
+        assert_eq!(replica.report_failure(3), HealthChange::Ejected);
+        assert!(!replica.is_ready());
+        assert_eq!(
+            replica.report_failure(3),
+            HealthChange::Unchanged,
+            "ejected once"
+        );
+        assert_eq!(replica.report_success(2), HealthChange::Unchanged);
+        assert_eq!(replica.report_success(2), HealthChange::Readmitted);
+        assert!(replica.is_ready());
+    }
+
+    #[test]
+    fn a_success_resets_the_failure_run() {
+        let replica = Replica::new("a", "127.0.0.1:1", vec![]);
+        replica.report_failure(2);
+        replica.report_success(1);
+        assert_eq!(replica.report_failure(2), HealthChange::Unchanged);
+        assert!(replica.is_ready());
+    }
+
+    #[test]
+    fn models_are_the_sorted_union() {
+        let a = Arc::new(Replica::new("a", "h:1", vec!["y".into(), "x".into()]));
+        let b = Arc::new(Replica::new("b", "h:2", vec!["x".into()]));
+        let replicas = Replicas::new(vec![a, b.clone()]);
+        assert_eq!(replicas.models(), vec!["x".to_owned(), "y".to_owned()]);
+        b.set_models(vec!["z".into()]);
+        assert_eq!(replicas.models(), vec!["x", "y", "z"]);
+    }
+}

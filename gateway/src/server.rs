@@ -1,0 +1,276 @@
+//! Starting and stopping a gateway: [`start`] turns a [`GatewayConfig`] into running
+//! listeners plus background tasks, and [`GatewayHandle`] stops them gracefully.
+//!
+//! This is the library entry used by `main`, by the end-to-end tests and by loadgen's local
+//! runner. Start-up order: validate → router → replicas (embedded, then static) → one health
+//! round (so models are known) → background tasks (health, engine scrape, index sweep) →
+//! bind both listeners. Shutdown: stop accepting, let in-flight responses finish up to the
+//! grace period, then cut the rest (their guards release as the bodies drop).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::serve::ListenerExt;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::app::{AppState, Clock, RequestSettings, app, metrics_app};
+use crate::config::{ConfigFileError, GatewayConfig};
+use crate::metrics::{Metrics, MetricsError};
+use crate::proxy::upstream_client;
+use crate::replicas::embedded::{self, EmbeddedReplicas};
+use crate::replicas::health::{self, HealthSettings};
+use crate::replicas::{Replicas, engine_scrape, static_};
+
+/// Why a gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigFileError),
+    #[error(transparent)]
+    Routing(#[from] router_core::ConfigError),
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error("cannot start embedded replicas: {0}")]
+    Embedded(String),
+    #[error("invalid backend: {0}")]
+    Backend(String),
+    #[error(
+        "no replicas: give --backend NAME=URL, [[backends]] in the config file, or --mock-engines N"
+    )]
+    NoReplicas,
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A running gateway.
+#[derive(Debug)]
+pub struct GatewayHandle {
+    addr: SocketAddr,
+    metrics_addr: SocketAddr,
+    state: Arc<AppState>,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    metrics_server: JoinHandle<()>,
+    background: Vec<JoinHandle<()>>,
+    embedded: EmbeddedReplicas,
+    grace: Duration,
+}
+
+/// Starts a gateway as configured (the caller has applied environment and flags).
+pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
+    config.validate()?;
+    let default_strategy = config.default_strategy()?;
+    let router = router_core::Router::new(config.routing.clone())?;
+    let metrics = Metrics::new()?;
+
+    let (mut replicas, embedded) = embedded::spawn(&config.embedded)
+        .await
+        .map_err(StartError::Embedded)?;
+    replicas.extend(static_::replicas(&config.backends).map_err(StartError::Backend)?);
+    if replicas.is_empty() {
+        embedded.shutdown().await;
+        return Err(StartError::NoReplicas);
+    }
+    let replicas = Arc::new(Replicas::new(replicas));
+    let client = upstream_client(
+        config.connect_timeout(),
+        Duration::from_secs(config.upstream.pool_idle_timeout_secs),
+    );
+    let health_settings = HealthSettings {
+        interval: Duration::from_millis(config.health.interval_ms),
+        timeout: Duration::from_millis(config.health.timeout_ms),
+        eject_after_failures: config.health.eject_after_failures,
+        readmit_after_successes: config.health.readmit_after_successes,
+    };
+    health::probe_all(&client, &replicas, &health_settings, &metrics).await;
+
+    let state = Arc::new(AppState {
+        router,
+        replicas: Arc::clone(&replicas),
+        metrics: metrics.clone(),
+        client: client.clone(),
+        settings: RequestSettings {
+            default_strategy,
+            max_body_bytes: config.max_body_bytes,
+            first_byte_timeout: config.first_byte_timeout(),
+            idle_timeout: config.idle_timeout(),
+            max_retries: config.upstream.max_retries,
+            eject_after_failures: config.health.eject_after_failures,
+        },
+        clock: Clock::new(),
+    });
+
+    let bind = |addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })
+    };
+    let listener = bind(config.listen).await?;
+    let metrics_listener = bind(config.metrics_listen).await?;
+    let addr = local_addr(&listener, config.listen)?;
+    let metrics_addr = local_addr(&metrics_listener, config.metrics_listen)?;
+
+    let mut background = vec![health::spawn(
+        client.clone(),
+        Arc::clone(&replicas),
+        health_settings,
+        metrics.clone(),
+    )];
+    if config.engine_scrape.enabled {
+        background.push(engine_scrape::spawn(
+            client,
+            Arc::clone(&replicas),
+            Duration::from_millis(config.engine_scrape.interval_ms),
+            Duration::from_millis(config.engine_scrape.timeout_ms),
+        ));
+    }
+    background.push(spawn_index_sweep(
+        Arc::clone(&state),
+        Duration::from_secs(config.routing.eviction_interval_secs.max(1)),
+    ));
+
+    let (stop, stopped) = watch::channel(false);
+    let server = spawn_server(listener, app(Arc::clone(&state)), stopped.clone());
+    let metrics_server = spawn_server(metrics_listener, metrics_app(Arc::clone(&state)), stopped);
+    tracing::info!(%addr, %metrics_addr, replicas = replicas.snapshot().len(), "prefixgate serving");
+    Ok(GatewayHandle {
+        addr,
+        metrics_addr,
+        state,
+        stop,
+        server,
+        metrics_server,
+        background,
+        embedded,
+        grace: config.shutdown_grace(),
+    })
+}
+
+fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, StartError> {
+    listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })
+}
+
+/// Serves `router` until `stopped` turns true, then drains (connections finish their
+/// in-flight responses; idle keep-alive connections close).
+fn spawn_server(
+    listener: TcpListener,
+    router: axum::Router,
+    mut stopped: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let listener = listener.tap_io(|tcp| {
+        // Streamed tokens are small writes; Nagle would hold them back.
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "cannot set TCP_NODELAY");
+        }
+    });
+    tokio::spawn(async move {
+        let signal = async move {
+            // An error means the handle is gone, which is a stop too.
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        if let Err(error) = axum::serve(listener, router)
+            .with_graceful_shutdown(signal)
+            .await
+        {
+            tracing::error!(%error, "server failed");
+        }
+    })
+}
+
+/// Removes expired prefix blocks every `interval` (AIBrix's eviction sweep).
+fn spawn_index_sweep(state: Arc<AppState>, interval: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let removed = state.router.index().sweep(state.clock.now_ms());
+            if removed > 0 {
+                tracing::debug!(removed, "prefix index sweep");
+            }
+        }
+    })
+}
+
+impl GatewayHandle {
+    /// The OpenAI API listener's bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The metrics listener's bound address.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
+    }
+
+    /// `http://ADDR` of the API listener.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Each replica's name and current outstanding count, in set order.
+    pub fn outstanding(&self) -> Vec<(String, u64)> {
+        self.state
+            .replicas
+            .snapshot()
+            .iter()
+            .map(|r| (r.name().to_owned(), r.load().outstanding()))
+            .collect()
+    }
+
+    /// The sum of every replica's outstanding count.
+    pub fn total_outstanding(&self) -> u64 {
+        self.outstanding().iter().map(|(_, n)| n).sum()
+    }
+
+    /// Each replica's name, `host:port` and readiness.
+    pub fn replicas(&self) -> Vec<(String, String, bool)> {
+        self.state
+            .replicas
+            .snapshot()
+            .iter()
+            .map(|r| (r.name().to_owned(), r.authority().to_owned(), r.is_ready()))
+            .collect()
+    }
+
+    /// Stops accepting, lets in-flight responses finish for up to the grace period, cuts
+    /// what is left, then stops background tasks and embedded replicas. Returns whether
+    /// everything finished within the grace period.
+    pub async fn shutdown(self) -> bool {
+        let grace = self.grace;
+        self.shutdown_within(grace).await
+    }
+
+    /// [`Self::shutdown`] with an explicit grace period.
+    pub async fn shutdown_within(mut self, grace: Duration) -> bool {
+        let _ = self.stop.send(true);
+        let drained = tokio::time::timeout(grace, &mut self.server).await.is_ok();
+        if !drained {
+            tracing::warn!(
+                grace_ms = grace.as_millis(),
+                "grace period over; cutting in-flight responses"
+            );
+            self.server.abort();
+            let _ = (&mut self.server).await;
+        }
+        if tokio::time::timeout(grace, &mut self.metrics_server)
+            .await
+            .is_err()
+        {
+            self.metrics_server.abort();
+        }
+        for task in &self.background {
+            task.abort();
+        }
+        self.embedded.shutdown().await;
+        drained
+    }
+}
