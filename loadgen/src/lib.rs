@@ -6,4 +6,7 @@
 //! - [`run`]: how to send it (the simulated runner on a virtual clock);
 //! - [`report`]: tables and charts from result files.
 
+pub mod measure;
+pub mod report;
+pub mod run;
 pub mod workload;

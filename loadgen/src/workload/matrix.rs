@@ -198,7 +198,10 @@ impl Matrix {
             return bad("workload.output must be at least 1".into());
         }
         if w.families == 0 || w.families > 1024 {
-            return bad(format!("workload.families must be 1..=1024, got {}", w.families));
+            return bad(format!(
+                "workload.families must be 1..=1024, got {}",
+                w.families
+            ));
         }
         if w.prefix_tokens == 0 || w.prefix_tokens > 1_000_000 {
             return bad(format!(
@@ -233,7 +236,9 @@ impl Matrix {
             }
             if spec.priming == Priming::Hot {
                 if spec.hot_fraction <= 0.0 {
-                    return bad(format!("scenario.{name}: hot priming needs hot_fraction > 0"));
+                    return bad(format!(
+                        "scenario.{name}: hot priming needs hot_fraction > 0"
+                    ));
                 }
                 if w.priming_candidates < w.families {
                     return bad(format!(
@@ -318,15 +323,21 @@ mod tests {
     #[test]
     fn unknown_keys_and_bad_values_are_named() {
         let text = MATRIX_24.replace("count = 96", "count = 96\nbogus = 1");
-        let err = Matrix::from_toml_str(&text, "m.toml").unwrap_err().to_string();
+        let err = Matrix::from_toml_str(&text, "m.toml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("bogus") && err.contains("m.toml"), "{err}");
 
         let text = MATRIX_24.replace("rps = 1.6", "rps = 0.0");
-        let err = Matrix::from_toml_str(&text, "m.toml").unwrap_err().to_string();
+        let err = Matrix::from_toml_str(&text, "m.toml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("workload.rps"), "{err}");
 
         let text = MATRIX_24.replace("\"hot50\", \"hot90\"]", "\"hot50\", \"hot99\"]");
-        let err = Matrix::from_toml_str(&text, "m.toml").unwrap_err().to_string();
+        let err = Matrix::from_toml_str(&text, "m.toml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("hot99"), "{err}");
 
         let err = Matrix::builtin()
@@ -339,7 +350,9 @@ mod tests {
 
     #[test]
     fn missing_file_is_a_clear_error() {
-        let err = Matrix::load(Path::new("/nonexistent/m.toml")).unwrap_err().to_string();
+        let err = Matrix::load(Path::new("/nonexistent/m.toml"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("/nonexistent/m.toml"), "{err}");
     }
 }

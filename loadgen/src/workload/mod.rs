@@ -42,13 +42,8 @@ impl PhaseSpec {
     /// The full prompt of priming request `index` of kind `tag` (its tail is the shortest
     /// allowed, with its own nonce).
     pub fn priming_prompt(&self, prefix: &str, tag: &str, index: usize) -> String {
-        let tail = prompt::request_tail(
-            &self.name,
-            self.seed,
-            tag,
-            index,
-            self.shape.tail_tokens[0],
-        );
+        let tail =
+            prompt::request_tail(&self.name, self.seed, tag, index, self.shape.tail_tokens[0]);
         prompt::join(prefix, &tail)
     }
 }

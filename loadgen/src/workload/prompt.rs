@@ -14,13 +14,13 @@ use super::seeding::{derive_seed, rng_for};
 
 /// Short, common, lowercase words: one token each under the mock tokenizer and most BPEs.
 const VOCABULARY: [&str; 64] = [
-    "the", "time", "water", "light", "house", "river", "stone", "green", "table", "paper",
-    "music", "night", "garden", "window", "market", "bread", "horse", "cloud", "field", "story",
-    "north", "south", "road", "tree", "bird", "snow", "rain", "fire", "city", "glass", "sound",
-    "color", "plant", "train", "metal", "ocean", "hill", "forest", "letter", "money", "school",
-    "sugar", "power", "voice", "dream", "apple", "board", "chair", "coast", "dance", "earth",
-    "floor", "grass", "heart", "island", "lake", "mountain", "number", "orange", "party",
-    "queen", "salt", "summer", "winter",
+    "the", "time", "water", "light", "house", "river", "stone", "green", "table", "paper", "music",
+    "night", "garden", "window", "market", "bread", "horse", "cloud", "field", "story", "north",
+    "south", "road", "tree", "bird", "snow", "rain", "fire", "city", "glass", "sound", "color",
+    "plant", "train", "metal", "ocean", "hill", "forest", "letter", "money", "school", "sugar",
+    "power", "voice", "dream", "apple", "board", "chair", "coast", "dance", "earth", "floor",
+    "grass", "heart", "island", "lake", "mountain", "number", "orange", "party", "queen", "salt",
+    "summer", "winter",
 ];
 
 /// 48 bits of salt: 12 hex digits, so salt and nonce words stay within the mock tokenizer's
@@ -28,7 +28,13 @@ const VOCABULARY: [&str; 64] = [
 const SALT_MASK: u64 = 0xffff_ffff_ffff;
 
 /// The text of one prefix: `tokens` words, the first a salt unique to the given identity.
-pub fn family_prefix(phase: &str, seed: u64, attempt: u32, candidate: usize, tokens: usize) -> String {
+pub fn family_prefix(
+    phase: &str,
+    seed: u64,
+    attempt: u32,
+    candidate: usize,
+    tokens: usize,
+) -> String {
     let attempt = attempt.to_string();
     let candidate = candidate.to_string();
     let parts = [phase, "prefix", attempt.as_str(), candidate.as_str()];

@@ -1,0 +1,17 @@
+//! What happened: per-request records and engine observations → phase results in exactly
+//! the seed's schema. Every metric is defined once, here (formulas in
+//! `docs/MEASUREMENT.md`); live and simulated runners feed the same records.
+
+pub mod counters;
+pub mod phase;
+pub mod quantile;
+pub mod record;
+pub mod schema;
+pub mod schema_check;
+
+pub use counters::RoutingTally;
+pub use phase::{EngineCounters, Peaks, PhaseOutcome, ReplicaObservation, Slo, is_good, summarize};
+pub use record::{ErrorClass, RequestRecord, Usage};
+pub use schema::{
+    CounterDelta, FamilyResult, MatrixResult, PhaseConfig, PhaseResult, Quantiles, ReplicaResult,
+};

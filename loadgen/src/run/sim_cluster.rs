@@ -1,0 +1,325 @@
+//! A simulated cluster: N engine models and one router on a virtual clock, no sockets.
+//!
+//! [`SimCluster::drive`] is the event loop: it merges request arrivals, each engine's
+//! `next_wakeup()` and (optionally) a 250 ms scrape tick, advances every engine to the
+//! earliest of them, and turns the tokens that come out into the same [`RequestRecord`]s the
+//! live runner writes. Routed requests hold the router's outstanding guard until their last
+//! token, as the gateway's response body does, so the counts the policies see behave as in
+//! the live path. At equal times, tokens are processed before arrivals (a request that
+//! finishes at `t` is no longer outstanding for one that arrives at `t`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use mock_engine::model::{EngineModel, EngineProfile, EngineRequest, FinishReason, RequestId};
+use rand::rngs::StdRng;
+use router_core::{
+    Candidate, Decision, OutstandingGuard, PodLoad, RouteError, RouteRequest, Router, Strategy,
+};
+
+use crate::measure::{EngineCounters, ErrorClass, Peaks, RequestRecord, Usage};
+
+/// Seconds between two scrapes of the engines' gauges (the live runner's period).
+pub const SCRAPE_PERIOD: f64 = 0.25;
+
+/// Bounds on one `drive` call, so a model bug shows up as an error, never as a hang.
+const MAX_EVENTS: u64 = 20_000_000;
+const MAX_VIRTUAL_SECONDS: f64 = 6.0 * 3600.0;
+
+/// Where a request goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Straight to one engine, bypassing the router (warm priming).
+    Direct(usize),
+    /// Through the router with this strategy.
+    Routed(Strategy),
+}
+
+/// One request to send.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    pub index: usize,
+    pub family: usize,
+    /// Virtual time of the send.
+    pub at: f64,
+    pub text: String,
+    pub max_tokens: u32,
+    pub target: Target,
+}
+
+/// What became of one arrival.
+#[derive(Debug)]
+pub struct Served {
+    pub record: RequestRecord,
+    /// The engine it ran on.
+    pub engine: usize,
+    /// The router's decision, for routed requests.
+    pub decision: Option<Decision>,
+}
+
+/// The simulation failed (a model or configuration bug, never a measurement outcome).
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("routing failed: {0}")]
+    Route(#[from] RouteError),
+    #[error("direct target {0} is not a replica")]
+    NoSuchReplica(usize),
+    #[error("{0} requests still in flight but no engine has work (model stalled)")]
+    Stalled(usize),
+    #[error("simulation exceeded its bounds ({0}); aborted")]
+    Runaway(&'static str),
+    #[error("no balanced family choice after {0} setup attempts")]
+    NoBalancedSetup(u32),
+    #[error("engine profile: {0}")]
+    Profile(String),
+}
+
+struct InFlight {
+    slot: usize,
+    /// Held until the last token, then dropped (the gateway's body guard).
+    guard: Option<OutstandingGuard>,
+}
+
+/// N engines, their loads and a router, on one virtual clock.
+#[derive(Debug)]
+pub struct SimCluster {
+    names: Vec<String>,
+    engines: Vec<EngineModel>,
+    loads: Vec<Arc<PodLoad>>,
+    router: Router,
+    rng: StdRng,
+    model: String,
+    now: f64,
+}
+
+impl SimCluster {
+    /// A cluster of one engine per name, all idle at time 0.
+    pub fn new(
+        names: Vec<String>,
+        profile: &EngineProfile,
+        router: Router,
+        rng: StdRng,
+        model: &str,
+    ) -> Self {
+        SimCluster {
+            engines: names
+                .iter()
+                .map(|_| EngineModel::new(profile.clone()))
+                .collect(),
+            loads: names.iter().map(|_| PodLoad::new()).collect(),
+            names,
+            router,
+            rng,
+            model: model.to_owned(),
+            now: 0.0,
+        }
+    }
+
+    /// Replica names, in index order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The current virtual time.
+    pub fn now(&self) -> f64 {
+        self.now
+    }
+
+    /// Each engine's counters now.
+    pub fn counters(&self) -> Vec<EngineCounters> {
+        self.engines
+            .iter()
+            .map(|e| {
+                let m = e.metrics();
+                let s = &m.request_success;
+                EngineCounters {
+                    completed: (s.stop + s.length + s.abort) as f64,
+                    queries: m.prefix_cache_queries as f64,
+                    hits: m.prefix_cache_hits as f64,
+                    preemptions: m.preemptions as f64,
+                }
+            })
+            .collect()
+    }
+
+    /// Gateway-side outstanding counts (all zero between phases when guards are released).
+    pub fn outstanding(&self) -> Vec<u64> {
+        self.loads.iter().map(|l| l.outstanding()).collect()
+    }
+
+    /// Sends one request at the current time and runs until it has finished.
+    pub fn run_one(
+        &mut self,
+        text: String,
+        max_tokens: u32,
+        target: Target,
+    ) -> Result<Served, SimError> {
+        let arrival = Arrival {
+            index: 0,
+            family: 0,
+            at: self.now,
+            text,
+            max_tokens,
+            target,
+        };
+        let mut served = self.drive(vec![arrival], None)?;
+        served.pop().ok_or(SimError::Stalled(0))
+    }
+
+    /// Sends `arrivals` (sorted by time) and runs until every one has finished. With
+    /// `peaks`, scrapes every engine's gauges every [`SCRAPE_PERIOD`] into it.
+    pub fn drive(
+        &mut self,
+        mut arrivals: Vec<Arrival>,
+        mut peaks: Option<&mut [Peaks]>,
+    ) -> Result<Vec<Served>, SimError> {
+        arrivals.sort_by(|a, b| a.at.total_cmp(&b.at));
+        let start = self.now;
+        let mut served: Vec<Served> = Vec::with_capacity(arrivals.len());
+        let mut in_flight: HashMap<(usize, RequestId), InFlight> = HashMap::new();
+        let mut next_arrival = 0;
+        let mut next_scrape = self.now;
+        for _ in 0..MAX_EVENTS {
+            let t_arrival = arrivals.get(next_arrival).map(|a| a.at.max(self.now));
+            if t_arrival.is_none() && in_flight.is_empty() {
+                return Ok(served);
+            }
+            let t_engine = self
+                .engines
+                .iter()
+                .filter_map(EngineModel::next_wakeup)
+                .min_by(f64::total_cmp);
+            let mut t = match (t_arrival, t_engine) {
+                (Some(a), Some(e)) => a.min(e),
+                (Some(a), None) => a,
+                (None, Some(e)) => e,
+                (None, None) => return Err(SimError::Stalled(in_flight.len())),
+            };
+            if peaks.is_some() {
+                t = t.min(next_scrape);
+            }
+            self.now = t.max(self.now);
+            if self.now - start > MAX_VIRTUAL_SECONDS {
+                return Err(SimError::Runaway("virtual time"));
+            }
+            for engine in 0..self.engines.len() {
+                for out in self.engines[engine].advance(self.now) {
+                    let Some(flight) = in_flight.get_mut(&(engine, out.id)) else {
+                        continue;
+                    };
+                    let Some(entry) = served.get_mut(flight.slot) else {
+                        continue;
+                    };
+                    let record = &mut entry.record;
+                    if out.index == 0 {
+                        record.first_content = Some(out.at);
+                    }
+                    record.last_token = Some(out.at);
+                    record.usage = Some(Usage {
+                        prompt_tokens: out.prompt_tokens,
+                        completion_tokens: out.index + 1,
+                        cached_tokens: Some(out.cached_tokens),
+                    });
+                    if let Some(finish) = out.finish {
+                        record.stream_end = Some(out.at);
+                        if finish == FinishReason::Abort {
+                            record.error = Some(ErrorClass::StreamBroken);
+                        }
+                        // Releases the outstanding count exactly at the last token.
+                        drop(flight.guard.take());
+                        in_flight.remove(&(engine, out.id));
+                    }
+                }
+            }
+            if let Some(peaks) = peaks.as_deref_mut()
+                && next_scrape <= self.now
+            {
+                for (p, e) in peaks.iter_mut().zip(&self.engines) {
+                    p.observe(e.num_waiting() as f64, e.num_running() as f64, e.kv_usage());
+                }
+                next_scrape += SCRAPE_PERIOD;
+            }
+            while let Some(arrival) = arrivals.get(next_arrival)
+                && arrival.at <= self.now
+            {
+                next_arrival += 1;
+                let slot = served.len();
+                let (entry, flight) = self.dispatch(arrival, slot)?;
+                if let Some((engine, id, flight)) = flight {
+                    in_flight.insert((engine, id), flight);
+                }
+                served.push(entry);
+            }
+        }
+        Err(SimError::Runaway("event count"))
+    }
+
+    /// Routes (if asked) and submits one arrival at the current time.
+    #[expect(clippy::type_complexity, reason = "private, used once")]
+    fn dispatch(
+        &mut self,
+        arrival: &Arrival,
+        slot: usize,
+    ) -> Result<(Served, Option<(usize, RequestId, InFlight)>), SimError> {
+        let mut record = RequestRecord::sent(arrival.index, arrival.family, arrival.at, self.now);
+        let (engine, decision, guard) = match arrival.target {
+            Target::Direct(engine) => {
+                if engine >= self.engines.len() {
+                    return Err(SimError::NoSuchReplica(engine));
+                }
+                (engine, None, None)
+            }
+            Target::Routed(strategy) => {
+                let candidates: Vec<Candidate<'_>> = self
+                    .names
+                    .iter()
+                    .zip(&self.loads)
+                    .map(|(name, load)| Candidate { name, load })
+                    .collect();
+                let request = RouteRequest {
+                    model: &self.model,
+                    text: &arrival.text,
+                };
+                let now_ms = (self.now * 1000.0) as u64;
+                let routed =
+                    self.router
+                        .route(strategy, &request, &candidates, &mut self.rng, now_ms)?;
+                record.target_pod = Some(routed.decision.pod_name.clone());
+                record.outstanding_at_selection = Some(routed.decision.outstanding_at_selection);
+                (
+                    routed.decision.pod,
+                    Some(routed.decision),
+                    Some(routed.guard),
+                )
+            }
+        };
+        let request = EngineRequest {
+            prompt: mock_engine::tokenizer::encode(&arrival.text),
+            max_tokens: arrival.max_tokens,
+            ignore_eos: true,
+        };
+        match self.engines[engine].submit(request, self.now) {
+            Ok(id) => {
+                record.status = Some(200);
+                let served = Served {
+                    record,
+                    engine,
+                    decision,
+                };
+                Ok((served, Some((engine, id, InFlight { slot, guard }))))
+            }
+            Err(_) => {
+                // vLLM answers 400 (context length); the guard drops here, as the gateway's
+                // body guard does when the upstream answers with an error.
+                record.status = Some(400);
+                record.error = Some(ErrorClass::Status);
+                let served = Served {
+                    record,
+                    engine,
+                    decision,
+                };
+                Ok((served, None))
+            }
+        }
+    }
+}

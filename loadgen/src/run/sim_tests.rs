@@ -1,0 +1,148 @@
+//! The simulated runner on reduced matrices: schema, invariants and determinism.
+
+use super::*;
+use crate::measure::schema_check::check_against_seed;
+
+const SEED: &str = include_str!("../../testdata/matrix-24-phase.json");
+
+fn options() -> SimOptions {
+    let profile = EngineProfile::builtin("l20-qwen27b-fp8").expect("builtin profile");
+    SimOptions::seed_like(profile)
+}
+
+fn reduced(count: usize) -> Matrix {
+    Matrix::builtin().unwrap().with_count(count).unwrap()
+}
+
+fn run(matrix: &Matrix) -> MatrixResult {
+    simulate_matrix(matrix, &options(), &mut |_| {}).expect("simulation succeeds")
+}
+
+#[test]
+fn reduced_matrix_has_the_seed_schema_and_sane_counts() {
+    let result = run(&reduced(12));
+    assert!(result.complete);
+    assert_eq!((result.measured_phases, result.planned_phases), (24, 24));
+    let ours = serde_json::to_value(&result).unwrap();
+    let seed: serde_json::Value = serde_json::from_str(SEED).unwrap();
+    let problems = check_against_seed(&seed, &ours);
+    assert!(problems.is_empty(), "{problems:#?}");
+
+    for p in &result.phases {
+        let name = &p.phase;
+        assert_eq!(
+            (p.planned, p.requests, p.success, p.errors),
+            (12, 12, 12, 0),
+            "{name}"
+        );
+        assert!(p.good <= p.success, "{name}");
+        assert_eq!(p.gateway_verified_requests, 12, "{name}");
+        let routed: usize = p.replicas.values().map(|r| r.requests).sum();
+        assert_eq!(routed, 12, "{name}");
+        for (replica, r) in &p.replicas {
+            // Every request routed to a replica completed there, and nothing else did.
+            assert_eq!(r.engine_completed, r.requests as f64, "{name} {replica}");
+            assert_eq!(
+                r.family_counts.values().sum::<usize>(),
+                r.requests,
+                "{name}"
+            );
+            assert!(r.cache_hit_tokens <= r.cache_queries_tokens, "{name}");
+            assert!(r.running_peak <= 8.0, "{name}");
+        }
+        let family_total: usize = p.families.values().map(|f| f.requests).sum();
+        assert_eq!(family_total, 12, "{name}");
+        let deltas = p
+            .routing_counter_deltas
+            .as_ref()
+            .expect("simulator counts decisions");
+        if p.route == "prefix-cache" {
+            let selections: f64 = deltas
+                .iter()
+                .filter(|d| d.name == crate::measure::counters::SELECTION)
+                .map(|d| d.delta)
+                .sum();
+            assert_eq!(selections, 12.0, "{name}");
+        } else {
+            assert!(deltas.is_empty(), "{name}");
+        }
+        match p.scenario.as_str() {
+            "cold-uniform" => assert!(p.initial_prefix_owners.is_empty(), "{name}"),
+            "warm-uniform" => {
+                assert_eq!(p.initial_prefix_owners.len(), 8, "{name}");
+                // Primed everywhere: every measured request hits its whole family prefix.
+                assert!(p.cache_hit_ratio > 0.9, "{name}: {}", p.cache_hit_ratio);
+            }
+            _ => {
+                let c = &p.config;
+                let hot = c.hot_initial_replica.as_ref().expect("hot replica");
+                assert_eq!(p.initial_prefix_owners["0"], vec![hot.clone()], "{name}");
+                assert_eq!(c.family_map.as_ref().map(BTreeMap::len), Some(8), "{name}");
+                assert_eq!(c.priming_candidates, Some(16));
+                assert!(c.setup_attempt.is_some_and(|a| a >= 1));
+                for replica in p.replicas.keys() {
+                    let owned = p
+                        .initial_prefix_owners
+                        .values()
+                        .filter(|o| o[0] == *replica)
+                        .count();
+                    assert_eq!(owned, 4, "{name}: {replica} owns {owned} families");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn same_seed_same_output() {
+    let matrix = reduced(16)
+        .with_routes(&["prefix-cache".into(), "random".into()])
+        .unwrap();
+    let a = serde_json::to_string(&run(&matrix)).unwrap();
+    let b = serde_json::to_string(&run(&matrix)).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn guards_are_released_after_every_request() {
+    let phase = &reduced(8).phases()[8]; // r1-hot50-prefix-cache
+    let options = options();
+    let router = Router::new(options.router.clone()).unwrap();
+    let mut cluster = SimCluster::new(
+        options.replica_names(),
+        &options.profile,
+        router,
+        rng_for(1, &["test"]),
+        &options.model,
+    );
+    let setup = prime(&mut cluster, phase).unwrap();
+    assert_eq!(cluster.outstanding(), vec![0, 0]);
+    let arrivals = plan_requests(phase)
+        .iter()
+        .map(|r| Arrival {
+            index: r.index,
+            family: r.family,
+            at: cluster.now() + r.at,
+            text: phase.measured_prompt(&setup.prefixes[r.family], r),
+            max_tokens: 4,
+            target: Target::Routed(phase.route),
+        })
+        .collect();
+    let served = cluster.drive(arrivals, None).unwrap();
+    assert_eq!(served.len(), 8);
+    assert_eq!(cluster.outstanding(), vec![0, 0]);
+    assert!(
+        served
+            .iter()
+            .all(|s| s.record.usage.map(|u| u.completion_tokens) == Some(4))
+    );
+}
+
+#[test]
+fn replica_names_follow_the_seed() {
+    let mut o = options();
+    assert_eq!(o.replica_names(), vec!["L20-A", "L20-B"]);
+    o.replicas = 3;
+    o.replica_prefix = "mock-".into();
+    assert_eq!(o.replica_names(), vec!["mock-A", "mock-B", "mock-C"]);
+}
