@@ -133,6 +133,25 @@ fn an_isolated_cold_request_has_ttft_of_a_few_seconds() {
 }
 
 #[test]
+fn a_cold_request_behind_another_waits_for_the_budget() {
+    let mut engine = l20();
+    let first = engine
+        .submit(request(cold_prompt(0), 128), 0.0)
+        .expect("valid");
+    let second = engine
+        .submit(request(cold_prompt(1), 128), 0.0)
+        .expect("valid");
+    let outputs = run_to_idle(&mut engine, 1000);
+    let (a, b) = (
+        ttft_of(&outputs, first, 0.0),
+        ttft_of(&outputs, second, 0.0),
+    );
+    println!("two cold requests together: TTFT {a:.3} s and {b:.3} s");
+    assert!(a < b, "FCFS: the first gets the budget first");
+    assert!((2.5..=4.0).contains(&b), "second cold TTFT {b}");
+}
+
+#[test]
 fn a_ninth_request_waits_and_kv_usage_peaks_near_the_seed() {
     let mut engine = l20();
     for n in 0..9 {
