@@ -124,4 +124,14 @@ mod tests {
         }
         assert!(decode(VOCAB_SIZE - 1).starts_with(' '));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn count_agrees_with_encode_and_encoding_repeats(text in "(\\PC|\\s){0,200}") {
+            let ids = encode(&text);
+            proptest::prop_assert_eq!(count(&text), ids.len());
+            proptest::prop_assert!(ids.iter().all(|id| *id < VOCAB_SIZE));
+            proptest::prop_assert_eq!(encode(&text), ids);
+        }
+    }
 }

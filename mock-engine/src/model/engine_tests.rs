@@ -417,3 +417,33 @@ fn times_before_the_clock_and_nan_are_harmless() {
     assert_eq!(engine.advance(f64::INFINITY).len(), 1);
     assert_eq!(engine.next_wakeup(), None);
 }
+
+#[test]
+fn a_request_arriving_mid_step_joins_at_the_next_step_boundary() {
+    let mut engine = EngineModel::new(tiny_profile(4, 33));
+    let a = engine.submit(request(tokens(0..8), 5), 0.0).expect("valid");
+    engine.advance(0.015);
+    assert_eq!(
+        engine.next_wakeup(),
+        Some(0.02),
+        "the step in flight ends at 0.02"
+    );
+    let b = engine
+        .submit(request(tokens(100..108), 2), 0.015)
+        .expect("valid");
+    let outputs = run_to_idle(&mut engine, 20);
+    let first_b = outputs
+        .iter()
+        .find(|o| o.id == b)
+        .expect("b produced tokens");
+    assert!((first_b.at - 0.03).abs() < 1e-9, "{outputs:?}");
+    // Both are batched in the same steps from then on.
+    let a_at_03 = outputs
+        .iter()
+        .any(|o| o.id == a && (o.at - 0.03).abs() < 1e-9);
+    assert!(a_at_03);
+    assert!(
+        engine.metrics().request_queue_time.sum > 0.004,
+        "b queued for 5 ms"
+    );
+}
