@@ -111,5 +111,27 @@ fn hashing(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decision, hashing);
+/// The two index operations of a decision, alone: matching the prompt's 160 blocks for 8
+/// pods, and re-adding them for one pod.
+fn index_ops(c: &mut Criterion) {
+    let text = prompt();
+    let names: Vec<String> = (0..8).map(|i| format!("pod-{i}")).collect();
+    let router = full_router(&text, &names[1], &names);
+    let hashes = router.hashes(&text).expect("character tokenizer");
+    let pods: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut group = c.benchmark_group("index");
+    group.bench_function("match-160-blocks-8-pods", |b| {
+        b.iter(|| router.index().match_names(MODEL, black_box(&hashes), &pods))
+    });
+    group.bench_function("add-160-blocks", |b| {
+        b.iter(|| {
+            router
+                .index()
+                .add(MODEL, black_box(&hashes), &names[1], 1_000)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, decision, hashing, index_ops);
 criterion_main!(benches);

@@ -149,8 +149,28 @@ impl PrefixIndex {
     /// Records every block of a request for `pod`, refreshing LRU order and TTL.
     pub fn add(&self, model: &str, hashes: &[u64], pod: &str, now: Millis) {
         let pair = (name_key(model), name_key(pod));
-        for &hash in hashes {
-            self.shard(hash).add(hash, pair, now);
+        if self.shards.len() == 1 {
+            let mut shard = lock(&self.shards[0]);
+            for &hash in hashes {
+                shard.add(hash, pair, now);
+            }
+            return;
+        }
+        // Visit the blocks grouped by shard so that each shard is locked once per request
+        // rather than once per block. Sorting (shard, position) keys keeps the request's order
+        // inside a shard, which is the only order an LRU list can see.
+        let mut order: Vec<u64> = hashes
+            .iter()
+            .enumerate()
+            .map(|(i, &hash)| ((self.shard_of(hash) as u64) << 32) | i as u64)
+            .collect();
+        order.sort_unstable();
+        for run in order.chunk_by(|a, b| a >> 32 == b >> 32) {
+            let mut shard = lock(&self.shards[(run[0] >> 32) as usize]);
+            for &key in run {
+                let hash = hashes[(key & u64::from(u32::MAX)) as usize];
+                shard.add(hash, pair, now);
+            }
         }
     }
 
@@ -182,12 +202,15 @@ impl PrefixIndex {
     }
 
     fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
-        let at = if self.shards.len() == 1 {
+        lock(&self.shards[self.shard_of(hash)])
+    }
+
+    fn shard_of(&self, hash: u64) -> usize {
+        if self.shards.len() == 1 {
             0
         } else {
             (hash >> self.shard_shift) as usize
-        };
-        lock(&self.shards[at])
+        }
     }
 }
 

@@ -211,3 +211,34 @@ fn concurrent_adds_and_matches() {
     let all = index.match_names(MODEL, &hashes, &["pod-0", "pod-1", "pod-2", "pod-3"]);
     assert_eq!(all, [100, 100, 100, 100]);
 }
+
+/// Adds are grouped by shard; within a shard the request's block order must survive, so the
+/// earliest blocks of a request are the first evicted, in every shard.
+#[test]
+fn grouped_adds_keep_request_order_within_each_shard() {
+    let index = PrefixIndex::new(2_048, 60_000);
+    assert_eq!(index.shards.len(), 2);
+    let mut rng = StdRng::seed_from_u64(11);
+    let first: Vec<u64> = (0..2_048).map(|_| rng.random()).collect();
+    index.add(MODEL, &first, "p", 0);
+    let second: Vec<u64> = (0..300).map(|_| rng.random()).collect();
+    index.add(MODEL, &second, "p", 1);
+    assert_eq!(index.len(), 2_048);
+    for shard in 0..2 {
+        let positions: Vec<(usize, bool)> = first
+            .iter()
+            .enumerate()
+            .filter(|&(_, &hash)| index.shard_of(hash) == shard)
+            .map(|(i, &hash)| (i, index.match_names(MODEL, &[hash], &["p"]) == [100]))
+            .collect();
+        let last_evicted = positions.iter().filter(|p| !p.1).map(|p| p.0).max();
+        let first_kept = positions.iter().filter(|p| p.1).map(|p| p.0).min();
+        if let (Some(evicted), Some(kept)) = (last_evicted, first_kept) {
+            assert!(
+                evicted < kept,
+                "shard {shard}: evicted {evicted} after kept {kept}"
+            );
+        }
+        assert!(last_evicted.is_some(), "shard {shard} evicted nothing");
+    }
+}
