@@ -54,13 +54,23 @@ const MAX_SHARDS: usize = 64;
 const MIN_BLOCKS_PER_SHARD: usize = 1024;
 
 /// Which pods were sent which prompt blocks, per model.
-#[derive(Debug)]
 pub struct PrefixIndex {
     shards: Box<[Mutex<Shard>]>,
     /// `64 − log2(shards)`: the shard is the hash's top bits. Unused with one shard.
     shard_shift: u32,
     ttl: Millis,
     capacity: usize,
+}
+
+impl std::fmt::Debug for PrefixIndex {
+    /// A summary: the blocks themselves (up to hundreds of thousands) are never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrefixIndex")
+            .field("shards", &self.shards.len())
+            .field("capacity", &self.capacity)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for PrefixIndex {

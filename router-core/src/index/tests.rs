@@ -242,3 +242,12 @@ fn grouped_adds_keep_request_order_within_each_shard() {
         assert!(last_evicted.is_some(), "shard {shard} evicted nothing");
     }
 }
+
+#[test]
+fn debug_output_is_a_summary() {
+    let index = PrefixIndex::new(100, 60_000);
+    index.add(MODEL, &(0..50).collect::<Vec<u64>>(), "p", 0);
+    let printed = format!("{index:?}");
+    assert!(printed.contains("capacity: 100"), "{printed}");
+    assert!(printed.len() < 120, "{printed}");
+}
