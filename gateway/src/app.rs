@@ -146,6 +146,12 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn unknown_path(request: Request) -> Response {
-    GatewayError::UnknownPath(format!("{} {}", request.method(), request.uri().path()))
-        .into_response()
+    let mut response =
+        GatewayError::UnknownPath(format!("{} {}", request.method(), request.uri().path()))
+            .into_response();
+    response.headers_mut().insert(
+        crate::headers::REQUEST_ID,
+        crate::headers::request_id(request.headers()),
+    );
+    response
 }

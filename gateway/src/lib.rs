@@ -6,7 +6,7 @@
 //! guard; [`inference`] ties the steps together, [`headers`] and [`error`] shape what the
 //! client sees, [`metrics`] records it. Around the path: [`replicas`] (static, embedded,
 //! health, engine scrape), [`config`] and [`cli`], [`app`] (the routers as functions of their
-//! state), [`server`] (listeners, background tasks and graceful shutdown, behind [`start`]).
+//! state), [`listener`] (the accept loop), [`server`] (listeners, background tasks and graceful shutdown, behind [`start`]).
 
 pub mod app;
 pub mod cli;
@@ -14,6 +14,7 @@ pub mod config;
 pub mod error;
 pub mod headers;
 pub mod inference;
+pub mod listener;
 pub mod metrics;
 pub mod parse;
 pub mod pick;

@@ -3,9 +3,10 @@
 //! The upstream client is hyper-util's pooled client with TCP_NODELAY and a connect timeout.
 //! An attempt that fails **before any response byte** (connect refused, reset, or a 502/503
 //! status) is retried on another replica chosen by the same policy, at most `max_retries`
-//! times; nothing has reached the client yet, so a retry is invisible to it. A replica that
-//! sends no response headers within the first-byte timeout is not retried (the request may be
-//! running there) and the client gets 504. Once headers arrive, the response is committed.
+//! times; nothing has reached the client yet, so a retry is invisible to it. When no other
+//! replica is left, a replica's own 502/503 answer passes through; refused connections end in
+//! a 502 of the gateway's. A replica that sends no response headers within the first-byte
+//! timeout is not retried (the request may be running there) and the client gets 504. Once headers arrive, the response is committed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,6 +71,9 @@ pub async fn forward(
     let max_attempts = state.settings.max_retries.saturating_add(1);
     let mut tried: Vec<Arc<Replica>> = Vec::new();
     let mut last_failure = String::new();
+    // A 502/503 answer kept in case no other replica can be tried: passing the replica's own
+    // answer through says more than a gateway error would.
+    let mut refused: Option<Forwarded> = None;
     for attempt in 1..=max_attempts {
         let picked = match pick(state, strategy, fields, &tried) {
             Ok(picked) => picked,
@@ -77,11 +81,20 @@ pub async fn forward(
             Err(GatewayError::NoReadyReplica(_)) if !tried.is_empty() => break,
             Err(error) => return Err(error),
         };
+        if let Some(failed) = tried.last() {
+            state.metrics.record_retry(failed.name());
+        }
         let sent_at = Instant::now();
         let pod = picked.replica.name().to_owned();
+        let replica = Arc::clone(&picked.replica);
         match send(state, &picked.replica, parts, body.clone(), request_id).await {
-            Ok(response) if is_retryable_status(response.status()) && attempt < max_attempts => {
+            Ok(response) if is_retryable_status(response.status()) => {
                 last_failure = format!("{pod} answered {}", response.status());
+                refused = Some(Forwarded {
+                    response,
+                    picked,
+                    sent_at,
+                });
             }
             Ok(response) => {
                 return Ok(Forwarded {
@@ -93,25 +106,26 @@ pub async fn forward(
             Err(AttemptError::Timeout) => {
                 return Err(GatewayError::UpstreamTimeout {
                     pod,
-                    timeout_ms: state.settings.first_byte_timeout.as_millis() as u64,
+                    timeout_ms: u64::try_from(state.settings.first_byte_timeout.as_millis())
+                        .unwrap_or(u64::MAX),
                 });
             }
             Err(AttemptError::Retryable { reason, connect }) => {
-                if connect {
-                    let change = picked
-                        .replica
-                        .report_failure(state.settings.eject_after_failures);
-                    if change == HealthChange::Ejected {
-                        state.metrics.record_ejection(&pod);
-                    }
+                if connect
+                    && replica.report_failure(state.settings.eject_after_failures)
+                        == HealthChange::Ejected
+                {
+                    state.metrics.record_ejection(&pod);
                 }
                 last_failure = format!("{pod}: {reason}");
+                // `picked` (and its outstanding guard) is dropped here: the pod is released.
             }
         }
         tracing::debug!(%pod, attempt, failure = %last_failure, "upstream attempt failed");
-        state.metrics.record_retry(&pod);
-        tried.push(Arc::clone(&picked.replica));
-        // `picked` (and its outstanding guard) is dropped here: the failed pod is released.
+        tried.push(replica);
+    }
+    if let Some(forwarded) = refused {
+        return Ok(forwarded);
     }
     Err(GatewayError::UpstreamUnavailable {
         model: fields.model.clone(),

@@ -11,13 +11,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::app::{AppState, Clock, RequestSettings, app, metrics_app};
 use crate::config::{ConfigFileError, GatewayConfig};
+use crate::listener;
 use crate::metrics::{Metrics, MetricsError};
 use crate::proxy::upstream_client;
 use crate::replicas::embedded::{self, EmbeddedReplicas};
@@ -136,8 +136,9 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     ));
 
     let (stop, stopped) = watch::channel(false);
-    let server = spawn_server(listener, app(Arc::clone(&state)), stopped.clone());
-    let metrics_server = spawn_server(metrics_listener, metrics_app(Arc::clone(&state)), stopped);
+    let server = listener::spawn(listener, app(Arc::clone(&state)), stopped.clone());
+    let metrics_server =
+        listener::spawn(metrics_listener, metrics_app(Arc::clone(&state)), stopped);
     tracing::info!(%addr, %metrics_addr, replicas = replicas.snapshot().len(), "prefixgate serving");
     Ok(GatewayHandle {
         addr,
@@ -156,33 +157,6 @@ fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, St
     listener
         .local_addr()
         .map_err(|source| StartError::Bind { addr, source })
-}
-
-/// Serves `router` until `stopped` turns true, then drains (connections finish their
-/// in-flight responses; idle keep-alive connections close).
-fn spawn_server(
-    listener: TcpListener,
-    router: axum::Router,
-    mut stopped: watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    let listener = listener.tap_io(|tcp| {
-        // Streamed tokens are small writes; Nagle would hold them back.
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "cannot set TCP_NODELAY");
-        }
-    });
-    tokio::spawn(async move {
-        let signal = async move {
-            // An error means the handle is gone, which is a stop too.
-            let _ = stopped.wait_for(|stop| *stop).await;
-        };
-        if let Err(error) = axum::serve(listener, router)
-            .with_graceful_shutdown(signal)
-            .await
-        {
-            tracing::error!(%error, "server failed");
-        }
-    })
 }
 
 /// Removes expired prefix blocks every `interval` (AIBrix's eviction sweep).

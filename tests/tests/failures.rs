@@ -1,0 +1,328 @@
+//! End-to-end failures: every error of SPEC §3.1 with its status and OpenAI shape, retries on
+//! refused replicas, timeouts, health ejection and re-admission; and outstanding counts back
+//! to zero after a mix of all of them running at once.
+
+use http_body_util::BodyExt;
+use prefixgate_tests::{
+    Answer, Client, FakeUpstream, MODEL, chat_body, gateway_config, sample_value, start_gateway,
+    wait_outstanding_zero, wait_until,
+};
+
+/// A loopback address nothing listens on (bound, then released).
+async fn refused_backend(name: &str) -> gateway::config::BackendConfig {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    gateway::config::BackendConfig {
+        name: name.to_owned(),
+        url: format!("http://{addr}"),
+        model: Some(MODEL.to_owned()),
+    }
+}
+
+fn assert_openai_error(answer: &Answer, status: u16, code: &str) {
+    assert_eq!(answer.status, status, "{}", answer.text());
+    let body = answer.json();
+    let error = &body["error"];
+    assert_eq!(error["code"], code, "{body}");
+    assert!(
+        error["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert!(error["type"].as_str().is_some(), "{body}");
+    assert!(error.get("param").is_some(), "{body}");
+    assert!(answer.header("request-id").is_some());
+}
+
+#[tokio::test]
+async fn client_errors_are_openai_shaped() {
+    let a = FakeUpstream::start("a").await;
+    let mut config = gateway_config(vec![a.backend()]);
+    config.max_body_bytes = 1024;
+    let gateway = gateway::start(config).await.unwrap();
+    let client = Client::new();
+    let chat = "/v1/chat/completions";
+
+    let answer = client.post(&gateway, chat, &[], "{not json").await;
+    assert_openai_error(&answer, 400, "invalid_json");
+    assert_eq!(answer.json()["error"]["type"], "invalid_request_error");
+
+    let answer = client.post(&gateway, chat, &[], r#"{"messages":[]}"#).await;
+    assert_openai_error(&answer, 400, "missing_model");
+    assert_eq!(answer.json()["error"]["param"], "model");
+
+    let answer = client
+        .post(&gateway, chat, &[], r#"{"model":"nope","messages":[]}"#)
+        .await;
+    assert_openai_error(&answer, 404, "model_not_found");
+
+    let answer = client
+        .post(
+            &gateway,
+            chat,
+            &[("routing-strategy", "fastest")],
+            chat_body("x", false),
+        )
+        .await;
+    assert_openai_error(&answer, 400, "invalid_routing_strategy");
+
+    let answer = client
+        .post(&gateway, chat, &[], chat_body(&"x".repeat(2048), false))
+        .await;
+    assert_openai_error(&answer, 413, "body_too_large");
+
+    let answer = client
+        .post(
+            &gateway,
+            "/v1/completions",
+            &[],
+            format!(r#"{{"model":"{MODEL}","prompt":[1,2]}}"#),
+        )
+        .await;
+    assert_eq!(answer.status, 400, "{}", answer.text());
+
+    let answer = client
+        .call("GET", &format!("{}/v2/nothing", gateway.url()), &[], "")
+        .await;
+    assert_openai_error(&answer, 404, "unknown_path");
+
+    assert_eq!(a.requests(), 0, "no client error reached the replica");
+    let metrics = client.metrics(&gateway).await;
+    assert_eq!(
+        sample_value(
+            &metrics,
+            r#"prefixgate_requests_total{code="404",model="nope",pod=""}"#
+        ),
+        1.0,
+        "{metrics}"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_refused_replica_is_retried_on_another() {
+    let a = FakeUpstream::start("a").await;
+    let mut config = gateway_config(vec![a.backend(), refused_backend("dead").await]);
+    config.health.interval_ms = 60_000; // only the request path notices the dead replica
+    let gateway = gateway::start(config).await.unwrap();
+    let client = Client::new();
+    // Hold a stream on `a` so least-request prefers the dead replica first.
+    let held = client
+        .send(
+            "POST",
+            &format!("{}/v1/chat/completions", gateway.url()),
+            &[("content-type", "application/json"), ("x-fake", "stall:1")],
+            chat_body("hold", true),
+        )
+        .await;
+    assert_eq!(held.headers()["target-pod"], "a");
+    let before = client.metrics(&gateway).await;
+    let answer = client
+        .post(&gateway, "/v1/chat/completions", &[], chat_body("x", false))
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.header("target-pod"), Some("a"));
+    let metrics = client.metrics(&gateway).await;
+    let retries = r#"prefixgate_upstream_retries_total{pod="dead"}"#;
+    assert_eq!(
+        sample_value(&metrics, retries) - sample_value(&before, retries),
+        1.0
+    );
+    drop(held);
+    wait_outstanding_zero(&gateway).await;
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn all_replicas_refused_is_a_502_and_ejects_them() {
+    let mut config = gateway_config(vec![refused_backend("x").await, refused_backend("y").await]);
+    config.health.interval_ms = 60_000;
+    config.health.eject_after_failures = 2;
+    let gateway = gateway::start(config).await.unwrap();
+    let client = Client::new();
+    // The start-up probe counted one failure each; this request adds the second.
+    let answer = client
+        .post(&gateway, "/v1/chat/completions", &[], chat_body("x", false))
+        .await;
+    assert_openai_error(&answer, 502, "upstream_unavailable");
+    assert_eq!(answer.json()["error"]["type"], "api_error");
+    // Both are now ejected: no ready replica.
+    let answer = client
+        .post(&gateway, "/v1/chat/completions", &[], chat_body("x", false))
+        .await;
+    assert_openai_error(&answer, 503, "service_unavailable");
+    let ready = client
+        .call("GET", &format!("{}/ready", gateway.url()), &[], "")
+        .await;
+    assert_eq!(ready.status, 503);
+    assert_eq!(gateway.total_outstanding(), 0);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_replica_503_passes_through_when_no_other_is_left() {
+    let a = FakeUpstream::start("a").await;
+    let b = FakeUpstream::start("b").await;
+    let gateway = start_gateway(&[&a, &b]).await;
+    let client = Client::new();
+    let answer = client
+        .post(
+            &gateway,
+            "/v1/chat/completions",
+            &[("x-fake", "status:503")],
+            chat_body("x", false),
+        )
+        .await;
+    assert_eq!(answer.status, 503);
+    assert_eq!(a.requests() + b.requests(), 2, "both replicas were tried");
+    wait_outstanding_zero(&gateway).await;
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_silent_replica_is_a_504_and_is_cancelled() {
+    let a = FakeUpstream::start("a").await;
+    let mut config = gateway_config(vec![a.backend()]);
+    config.upstream.first_byte_timeout_ms = 200;
+    let gateway = gateway::start(config).await.unwrap();
+    let client = Client::new();
+    let answer = client
+        .post(
+            &gateway,
+            "/v1/chat/completions",
+            &[("x-fake", "hang")],
+            chat_body("x", false),
+        )
+        .await;
+    assert_openai_error(&answer, 504, "upstream_timeout");
+    assert_eq!(a.requests(), 1, "a timeout is not retried");
+    wait_outstanding_zero(&gateway).await;
+    wait_until("the hung upstream request to be cancelled", || {
+        a.in_flight() == 0
+    })
+    .await;
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn unhealthy_replicas_are_ejected_and_readmitted() {
+    let a = FakeUpstream::start("a").await;
+    let gateway = start_gateway(&[&a]).await;
+    let client = Client::new();
+    a.set_healthy(false);
+    wait_until("ejection", || !gateway.replicas()[0].2).await;
+    let answer = client
+        .post(&gateway, "/v1/chat/completions", &[], chat_body("x", false))
+        .await;
+    assert_openai_error(&answer, 503, "service_unavailable");
+    a.set_healthy(true);
+    wait_until("re-admission", || gateway.replicas()[0].2).await;
+    let answer = client
+        .post(&gateway, "/v1/chat/completions", &[], chat_body("x", false))
+        .await;
+    assert_eq!(answer.status, 200);
+    let metrics = client.metrics(&gateway).await;
+    assert_eq!(
+        sample_value(&metrics, r#"prefixgate_replica_ejections_total{pod="a"}"#),
+        1.0
+    );
+    assert_eq!(
+        sample_value(
+            &metrics,
+            r#"prefixgate_replica_readmissions_total{pod="a"}"#
+        ),
+        1.0
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn outstanding_returns_to_zero_after_a_mix_of_everything() {
+    let a = FakeUpstream::start("a").await;
+    let b = FakeUpstream::start("b").await;
+    let mut config = gateway_config(vec![
+        a.backend(),
+        b.backend(),
+        refused_backend("dead").await,
+    ]);
+    config.upstream.first_byte_timeout_ms = 300;
+    config.upstream.idle_timeout_ms = 300;
+    config.health.interval_ms = 60_000;
+    let gateway = gateway::start(config).await.unwrap();
+    let url = format!("{}/v1/chat/completions", gateway.url());
+    let modes: [&'static str; 7] = [
+        "sse:5:10",
+        "json",
+        "drop:2:20",
+        "hang",
+        "stall:1",
+        "status:500",
+        "sse:200:20",
+    ];
+    let mut tasks = Vec::new();
+    for round in 0..4 {
+        for (i, mode) in modes.into_iter().enumerate() {
+            let client = Client::new();
+            let url = url.clone();
+            let strategy = ["random", "least-request", "prefix-cache"][(round + i) % 3];
+            tasks.push(tokio::spawn(async move {
+                let response = client
+                    .send(
+                        "POST",
+                        &url,
+                        &[
+                            ("content-type", "application/json"),
+                            ("x-fake", mode),
+                            ("routing-strategy", strategy),
+                        ],
+                        chat_body(
+                            &format!("family {i} "),
+                            mode.starts_with("sse")
+                                || mode.starts_with("drop")
+                                || mode.starts_with("stall"),
+                        ),
+                    )
+                    .await;
+                let mut body = response.into_body();
+                if mode == "sse:200:20" {
+                    // A client that leaves after the first chunk.
+                    let _ = body.frame().await;
+                    return;
+                }
+                let _ = body.collect().await;
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    wait_outstanding_zero(&gateway).await;
+    wait_until("every upstream request to end", || {
+        a.in_flight() + b.in_flight() == 0
+    })
+    .await;
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn start_refuses_a_gateway_without_replicas() {
+    let error = gateway::start(gateway_config(Vec::new()))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("--backend"), "{error}");
+}
+
+#[tokio::test]
+async fn start_names_an_address_in_use() {
+    let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = FakeUpstream::start("a").await;
+    let mut config = gateway_config(vec![a.backend()]);
+    config.listen = taken.local_addr().unwrap();
+    let error = gateway::start(config).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains(&taken.local_addr().unwrap().to_string()),
+        "{error}"
+    );
+}

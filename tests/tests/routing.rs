@@ -1,0 +1,302 @@
+//! End-to-end routing: requests through a real gateway to real upstreams on loopback, for
+//! each policy, with the routing headers, byte-for-byte forwarding, the models list, and the
+//! `aibrix_prefix_cache_*` counters as seen on `/metrics`.
+
+use prefixgate_tests::{
+    Client, FakeUpstream, MODEL, chat_body, sample_value, start_gateway, wait_outstanding_zero,
+};
+
+#[tokio::test]
+async fn every_policy_routes_streaming_and_plain_requests() {
+    let a = FakeUpstream::start("a").await;
+    let b = FakeUpstream::start("b").await;
+    let gateway = start_gateway(&[&a, &b]).await;
+    let client = Client::new();
+    for strategy in ["random", "least-request", "prefix-cache"] {
+        for stream in [false, true] {
+            let answer = client
+                .post(
+                    &gateway,
+                    "/v1/chat/completions",
+                    &[("routing-strategy", strategy)],
+                    chat_body("hello there", stream),
+                )
+                .await;
+            assert_eq!(
+                answer.status,
+                200,
+                "{strategy} stream={stream}: {}",
+                answer.text()
+            );
+            assert_eq!(answer.header("routing-strategy"), Some(strategy));
+            let pod = answer.header("target-pod").unwrap();
+            let expected_ip = if pod == "a" { a.addr } else { b.addr };
+            assert_eq!(
+                answer.header("target-pod-ip"),
+                Some(expected_ip.to_string().as_str())
+            );
+            assert!(answer.header("request-id").is_some());
+            assert!(answer.header("x-prefixgate-outstanding").is_some());
+            if stream {
+                assert!(
+                    answer.text().ends_with("data: [DONE]\n\n"),
+                    "{}",
+                    answer.text()
+                );
+                assert_eq!(answer.header("content-type"), Some("text/event-stream"));
+            } else {
+                assert_eq!(answer.json()["choices"][0]["message"]["content"], "hi");
+            }
+        }
+    }
+    assert_eq!(a.requests() + b.requests(), 6);
+    wait_outstanding_zero(&gateway).await;
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn bodies_are_forwarded_byte_for_byte_with_the_request_id() {
+    let a = FakeUpstream::start("a").await;
+    let gateway = start_gateway(&[&a]).await;
+    let client = Client::new();
+    // Odd spacing, key order and escapes that a re-serialisation would change.
+    let body = format!(
+        "{{ \"stream\":false,  \"model\" : \"{MODEL}\", \"messages\":[{{\"role\":\"user\",\"content\":\"caf\\u00e9 \\\"q\\\"\"}}], \"x\": 1.50 }}"
+    );
+    let answer = client
+        .post(
+            &gateway,
+            "/v1/chat/completions",
+            &[("x-request-id", "req-42")],
+            body.clone(),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.header("request-id"), Some("req-42"));
+    assert_eq!(
+        a.seen.bodies.lock().unwrap().last().unwrap(),
+        body.as_bytes()
+    );
+    assert_eq!(a.seen.request_ids.lock().unwrap().last().unwrap(), "req-42");
+
+    // Without one, the gateway makes an id and sends the same one upstream.
+    let answer = client
+        .post(
+            &gateway,
+            "/v1/completions",
+            &[],
+            format!("{{\"model\":\"{MODEL}\",\"prompt\":\"p\"}}"),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    let id = answer.header("request-id").unwrap().to_owned();
+    assert_eq!(id.len(), 36);
+    assert_eq!(a.seen.request_ids.lock().unwrap().last().unwrap(), &id);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn embeddings_models_health_and_ready() {
+    let a = FakeUpstream::start("a").await;
+    let b = FakeUpstream::start("b").await;
+    let gateway = start_gateway(&[&a, &b]).await;
+    let client = Client::new();
+    let answer = client
+        .post(
+            &gateway,
+            "/v1/embeddings",
+            &[("routing-strategy", "prefix-cache")],
+            format!("{{\"model\":\"{MODEL}\",\"input\":\"x\"}}"),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.header("routing-strategy"), Some("least-request"));
+
+    let models = client
+        .call("GET", &format!("{}/v1/models", gateway.url()), &[], "")
+        .await;
+    assert_eq!(models.status, 200);
+    assert_eq!(models.json()["data"][0]["id"], MODEL);
+    assert_eq!(
+        models.json()["data"].as_array().unwrap().len(),
+        1,
+        "a union, not a list per replica"
+    );
+    let health = client
+        .call("GET", &format!("{}/health", gateway.url()), &[], "")
+        .await;
+    assert_eq!(health.status, 200);
+    let ready = client
+        .call("GET", &format!("{}/ready", gateway.url()), &[], "")
+        .await;
+    assert_eq!(ready.status, 200);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn least_request_spreads_concurrent_streams() {
+    let a = FakeUpstream::start("a").await;
+    let b = FakeUpstream::start("b").await;
+    let gateway = start_gateway(&[&a, &b]).await;
+    let client = Client::new();
+    // Two slow streams held open at once must land on different pods.
+    let first = client
+        .send(
+            "POST",
+            &format!("{}/v1/chat/completions", gateway.url()),
+            &[("content-type", "application/json"), ("x-fake", "stall:1")],
+            chat_body("one", true),
+        )
+        .await;
+    let second = client
+        .send(
+            "POST",
+            &format!("{}/v1/chat/completions", gateway.url()),
+            &[("content-type", "application/json"), ("x-fake", "stall:1")],
+            chat_body("two", true),
+        )
+        .await;
+    let pods = [&first, &second].map(|r| r.headers()["target-pod"].to_str().unwrap().to_owned());
+    assert_ne!(pods[0], pods[1]);
+    assert_eq!(second.headers()["x-prefixgate-outstanding"], "0");
+    assert_eq!(gateway.total_outstanding(), 2);
+    drop((first, second));
+    wait_outstanding_zero(&gateway).await;
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn prefix_cache_sticks_to_the_owner_and_moves_aibrix_counters() {
+    let a = FakeUpstream::start("a").await;
+    let b = FakeUpstream::start("b").await;
+    let gateway = start_gateway(&[&a, &b]).await;
+    let client = Client::new();
+    let before = client.metrics(&gateway).await;
+    let family = "shared system prompt ".repeat(40);
+    let prefix = [("routing-strategy", "prefix-cache")];
+
+    let first = client
+        .post(
+            &gateway,
+            "/v1/chat/completions",
+            &prefix,
+            chat_body(&family, false),
+        )
+        .await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("x-prefixgate-match-percent"), Some("0"));
+    let owner = first.header("target-pod").unwrap().to_owned();
+    for _ in 0..3 {
+        let again = client
+            .post(
+                &gateway,
+                "/v1/chat/completions",
+                &prefix,
+                chat_body(&family, false),
+            )
+            .await;
+        assert_eq!(
+            again.header("target-pod"),
+            Some(owner.as_str()),
+            "same prompt, same pod"
+        );
+        assert_eq!(again.header("x-prefixgate-match-percent"), Some("100"));
+    }
+    // least-request decisions do not move the AIBrix counters.
+    client
+        .post(
+            &gateway,
+            "/v1/chat/completions",
+            &[("routing-strategy", "least-request")],
+            chat_body(&family, false),
+        )
+        .await;
+
+    let after = client.metrics(&gateway).await;
+    let delta = |name: &str| sample_value(&after, name) - sample_value(&before, name);
+    let labels = |extra: &str| format!("{{{extra}model=\"{MODEL}\",using_kv_sync=\"false\"}}");
+    assert_eq!(
+        delta(&format!(
+            "aibrix_prefix_cache_routing_decisions_total{}",
+            labels("match_percent_bucket=\"0\",")
+        )),
+        1.0,
+        "{after}"
+    );
+    assert_eq!(
+        delta(&format!(
+            "aibrix_prefix_cache_routing_decisions_total{}",
+            labels("match_percent_bucket=\"76-100\",")
+        )),
+        3.0
+    );
+    assert_eq!(
+        delta(&format!(
+            "aibrix_prefix_cache_routing_selection_total{{model=\"{MODEL}\",selection=\"least_request_fallback\",using_kv_sync=\"false\"}}"
+        )),
+        1.0
+    );
+    assert_eq!(
+        delta(&format!(
+            "aibrix_prefix_cache_routing_selection_total{{model=\"{MODEL}\",selection=\"prefix_match\",using_kv_sync=\"false\"}}"
+        )),
+        3.0
+    );
+    assert_eq!(
+        delta(&format!(
+            "aibrix_prefix_cache_routing_latency_seconds_count{}",
+            labels("")
+        )),
+        4.0
+    );
+    assert!(
+        after.contains("aibrix_prefix_cache_indexer_status{indexer_type=\"local\",model=\"\"} 1")
+    );
+    assert_eq!(
+        delta(&format!(
+            "prefixgate_requests_total{{code=\"200\",model=\"{MODEL}\",pod=\"{owner}\"}}"
+        )) as usize
+            + delta(&format!(
+                "prefixgate_requests_total{{code=\"200\",model=\"{MODEL}\",pod=\"{}\"}}",
+                if owner == "a" { "b" } else { "a" }
+            )) as usize,
+        5
+    );
+    assert!(after.contains("prefixgate_upstream_ttft_seconds_bucket"));
+    assert!(after.contains("prefixgate_outstanding_requests{pod=\"a\"} 0"));
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn prefix_cache_spreads_different_families_by_load() {
+    let a = FakeUpstream::start("a").await;
+    let b = FakeUpstream::start("b").await;
+    let gateway = start_gateway(&[&a, &b]).await;
+    let client = Client::new();
+    // Two families held open at once: the second finds the first's owner busier and no
+    // match of its own, so least-request fallback sends it to the other pod.
+    let mut held = Vec::new();
+    for family in ["alpha ", "beta "] {
+        let response = client
+            .send(
+                "POST",
+                &format!("{}/v1/chat/completions", gateway.url()),
+                &[
+                    ("content-type", "application/json"),
+                    ("routing-strategy", "prefix-cache"),
+                    ("x-fake", "stall:1"),
+                ],
+                chat_body(&family.repeat(60), true),
+            )
+            .await;
+        held.push(response);
+    }
+    let pods: Vec<&str> = held
+        .iter()
+        .map(|r| r.headers()["target-pod"].to_str().unwrap())
+        .collect();
+    assert_ne!(pods[0], pods[1], "a new family goes to the idle pod");
+    drop(held);
+    wait_outstanding_zero(&gateway).await;
+    gateway.shutdown().await;
+}

@@ -1,0 +1,185 @@
+//! End-to-end streaming: SSE flows through chunk by chunk, a client that goes away cancels
+//! the upstream request, an upstream that fails or stalls mid-stream ends the stream with an
+//! OpenAI error event and `[DONE]`, and shutdown lets in-flight streams finish. After each,
+//! the outstanding counts return to zero.
+
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use prefixgate_tests::{
+    Client, FakeUpstream, chat_body, gateway_config, start_gateway, wait_outstanding_zero,
+    wait_until,
+};
+
+fn stream_headers(fake: &'static str) -> [(&'static str, &'static str); 2] {
+    [("content-type", "application/json"), ("x-fake", fake)]
+}
+
+#[tokio::test]
+async fn chunks_arrive_before_the_upstream_finishes() {
+    let a = FakeUpstream::start("a").await;
+    let gateway = start_gateway(&[&a]).await;
+    let client = Client::new();
+    // Four events 100 ms apart: the first must reach the client while the upstream is
+    // still producing (a buffering proxy would deliver nothing until the end).
+    let response = client
+        .send(
+            "POST",
+            &format!("{}/v1/chat/completions", gateway.url()),
+            &stream_headers("sse:4:100"),
+            chat_body("hi", true),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(first.starts_with(b"data: {"), "{first:?}");
+    assert_eq!(
+        a.in_flight(),
+        1,
+        "upstream still streaming when the first chunk arrived"
+    );
+    assert_eq!(gateway.total_outstanding(), 1);
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert!(rest.ends_with(b"data: [DONE]\n\n"));
+    wait_outstanding_zero(&gateway).await;
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn client_disconnect_cancels_upstream_and_releases() {
+    let a = FakeUpstream::start("a").await;
+    let gateway = start_gateway(&[&a]).await;
+    let client = Client::new();
+    let response = client
+        .send(
+            "POST",
+            &format!("{}/v1/chat/completions", gateway.url()),
+            &stream_headers("sse:1000:20"),
+            chat_body("hi", true),
+        )
+        .await;
+    let mut body = response.into_body();
+    body.frame().await.unwrap().unwrap();
+    assert_eq!(gateway.total_outstanding(), 1);
+    drop(body);
+    wait_outstanding_zero(&gateway).await;
+    wait_until("the upstream request to be cancelled", || {
+        a.in_flight() == 0
+    })
+    .await;
+    assert_eq!(a.requests(), 1);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_failure_mid_stream_becomes_an_error_event_then_done() {
+    let a = FakeUpstream::start("a").await;
+    let gateway = start_gateway(&[&a]).await;
+    let client = Client::new();
+    let answer = client
+        .post(
+            &gateway,
+            "/v1/chat/completions",
+            &[("x-fake", "drop:2:50")],
+            chat_body("hi", true),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "the status was sent before the failure");
+    let text = answer.text();
+    let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.len(), 4, "{text}");
+    let error: serde_json::Value =
+        serde_json::from_str(events[2].strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], "upstream_stream_failed");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("replica a")
+    );
+    assert_eq!(events[3], "data: [DONE]");
+    wait_outstanding_zero(&gateway).await;
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_upstream_silent_mid_stream_times_out_into_an_error_event() {
+    let a = FakeUpstream::start("a").await;
+    let mut config = gateway_config(vec![a.backend()]);
+    config.upstream.idle_timeout_ms = 200;
+    let gateway = gateway::start(config).await.unwrap();
+    let client = Client::new();
+    let answer = client
+        .post(
+            &gateway,
+            "/v1/chat/completions",
+            &[("x-fake", "stall:1")],
+            chat_body("hi", true),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    assert!(
+        answer.text().contains("sent nothing for 200 ms"),
+        "{}",
+        answer.text()
+    );
+    assert!(answer.text().ends_with("data: [DONE]\n\n"));
+    wait_outstanding_zero(&gateway).await;
+    wait_until("the stalled upstream request to be cancelled", || {
+        a.in_flight() == 0
+    })
+    .await;
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_lets_in_flight_streams_finish() {
+    let a = FakeUpstream::start("a").await;
+    let gateway = start_gateway(&[&a]).await;
+    let url = gateway.url();
+    let client = Client::new();
+    let response = client
+        .send(
+            "POST",
+            &format!("{url}/v1/chat/completions"),
+            &stream_headers("sse:5:50"),
+            chat_body("hi", true),
+        )
+        .await;
+    let stopping = tokio::spawn(gateway.shutdown_within(Duration::from_secs(10)));
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert!(body.ends_with(b"data: [DONE]\n\n"), "the stream finished");
+    assert_eq!(body.windows(6).filter(|w| w == b"data: ").count(), 6);
+    assert!(stopping.await.unwrap(), "drained within the grace period");
+    assert!(
+        tokio::net::TcpStream::connect(url.trim_start_matches("http://"))
+            .await
+            .is_err(),
+        "no longer accepting"
+    );
+}
+
+#[tokio::test]
+async fn shutdown_cuts_streams_at_the_end_of_the_grace_period() {
+    let a = FakeUpstream::start("a").await;
+    let gateway = start_gateway(&[&a]).await;
+    let client = Client::new();
+    let response = client
+        .send(
+            "POST",
+            &format!("{}/v1/chat/completions", gateway.url()),
+            &stream_headers("stall:1"),
+            chat_body("hi", true),
+        )
+        .await;
+    let mut body = response.into_body();
+    body.frame().await.unwrap().unwrap();
+    assert!(!gateway.shutdown_within(Duration::from_millis(100)).await);
+    // The cut connection ends the client's body and the upstream request.
+    assert!(body.collect().await.is_err());
+    wait_until("the upstream request to be cancelled", || {
+        a.in_flight() == 0
+    })
+    .await;
+}
