@@ -154,3 +154,131 @@ impl Router {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    use super::*;
+    use crate::load::PodLoad;
+    use crate::tokenize::{TiktokenTokenizer, TokenizerKind};
+
+    fn request(text: &str) -> RouteRequest<'_> {
+        RouteRequest { model: "m", text }
+    }
+
+    #[test]
+    fn no_pod_is_an_error_naming_the_model() {
+        let router = Router::new(RouterConfig::default()).unwrap();
+        let mut rng = StdRng::seed_from_u64(0);
+        let err = router
+            .route(Strategy::PrefixCache, &request("x"), &[], &mut rng, 0)
+            .unwrap_err();
+        assert_eq!(err, RouteError::NoReadyPod("m".to_owned()));
+    }
+
+    #[test]
+    fn a_single_pod_is_routed_without_policy_or_index() {
+        let router = Router::new(RouterConfig {
+            block_size: 4,
+            ..RouterConfig::default()
+        })
+        .unwrap();
+        let load = PodLoad::with_outstanding(7);
+        let pods = [Candidate {
+            name: "only",
+            load: &load,
+        }];
+        let mut rng = StdRng::seed_from_u64(0);
+        let routed = router
+            .route(
+                Strategy::PrefixCache,
+                &request("abcdefgh"),
+                &pods,
+                &mut rng,
+                0,
+            )
+            .unwrap();
+        assert_eq!(routed.decision.pod_name, "only");
+        assert_eq!(routed.decision.selection, None);
+        assert_eq!(routed.decision.bucket(), None);
+        assert_eq!(routed.decision.outstanding_at_selection, 7);
+        assert_eq!(load.outstanding(), 8);
+        assert!(router.index().is_empty());
+        drop(routed);
+        assert_eq!(load.outstanding(), 7);
+    }
+
+    #[test]
+    fn only_prefix_aware_strategies_hash_and_add() {
+        let router = Router::new(RouterConfig {
+            block_size: 4,
+            ..RouterConfig::default()
+        })
+        .unwrap();
+        let (a, b) = (PodLoad::new(), PodLoad::new());
+        let pods = [
+            Candidate {
+                name: "a",
+                load: &a,
+            },
+            Candidate {
+                name: "b",
+                load: &b,
+            },
+        ];
+        let mut rng = StdRng::seed_from_u64(0);
+        for strategy in [Strategy::Random, Strategy::LeastRequest] {
+            let routed = router
+                .route(strategy, &request("abcdefgh"), &pods, &mut rng, 0)
+                .unwrap();
+            assert!(routed.decision.prefix_hashes.is_empty());
+            assert_eq!(routed.decision.selection, None);
+        }
+        assert!(router.index().is_empty());
+        let routed = router
+            .route(
+                Strategy::PrefixCache,
+                &request("abcdefgh"),
+                &pods,
+                &mut rng,
+                0,
+            )
+            .unwrap();
+        assert_eq!(
+            routed.decision.prefix_hashes,
+            [0xe47f32a254016b00, 0xd48dd7253a12cb4b]
+        );
+        assert_eq!(router.index().len(), 2);
+    }
+
+    #[test]
+    fn the_configured_tokenizer_and_seed_shape_the_hashes() {
+        let text = "hello world, the quick brown fox jumps over the lazy dog";
+        let tiktoken = Router::new(RouterConfig {
+            tokenizer: TokenizerKind::Tiktoken,
+            block_size: 16,
+            hash_seed: 42,
+            ..RouterConfig::default()
+        })
+        .unwrap();
+        let ids = TiktokenTokenizer::cl100k_base().unwrap().ids(text);
+        let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_be_bytes()).collect();
+        let expected = block_hashes(&bytes, 16, 42);
+        assert!(!expected.is_empty());
+        assert_eq!(tiktoken.hashes(text).unwrap(), expected);
+        let character = Router::new(RouterConfig::default()).unwrap();
+        assert_ne!(character.hashes(text).unwrap(), expected);
+    }
+
+    #[test]
+    fn an_invalid_config_is_refused() {
+        let err = Router::new(RouterConfig {
+            block_size: 0,
+            ..RouterConfig::default()
+        })
+        .unwrap_err();
+        assert_eq!(err.key, "block_size");
+    }
+}
