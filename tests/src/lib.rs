@@ -4,7 +4,8 @@
 //!   the `x-fake` header (forwarded by the gateway like any client header): stream slowly,
 //!   answer a status, hang, or drop the connection mid-stream. It records what it received
 //!   and counts requests in flight, so tests can see a cancelled upstream request.
-//! - [`gateway_config`] / [`start_gateway`]: a gateway on port 0 in front of given replicas.
+//! - [`gateway_config`] / [`start_gateway`]: a gateway on port 0 in front of given replicas;
+//!   [`mock_gateway_config`]: one with embedded mock-engine replicas.
 //! - [`Client`]: a plain HTTP/1 client for requests, streams and `/metrics` scrapes.
 //! - [`wait_until`]: waits on a condition with a bounded deadline (never sleep-and-hope).
 //!
@@ -36,6 +37,9 @@ use tokio::task::JoinHandle;
 
 /// The model every fake upstream serves.
 pub const MODEL: &str = "fake-model";
+
+/// The model the embedded mock engines serve.
+pub const MOCK_MODEL: &str = "mock-model";
 
 /// What a fake upstream saw.
 #[derive(Debug, Default)]
@@ -249,6 +253,19 @@ pub fn gateway_config(backends: Vec<BackendConfig>) -> GatewayConfig {
     config
 }
 
+/// A gateway configuration on port 0 with `n` embedded mock-engine replicas (`fast`
+/// profile, engine time 10× wall time) serving [`MOCK_MODEL`].
+pub fn mock_gateway_config(n: usize) -> GatewayConfig {
+    let mut config = gateway_config(Vec::new());
+    config.embedded.mock_engines = n;
+    config.embedded.engine_profile = "fast".to_owned();
+    config.embedded.time_scale = 10.0;
+    config.embedded.served_model = MOCK_MODEL.to_owned();
+    config.engine_scrape.enabled = true;
+    config.engine_scrape.interval_ms = 50;
+    config
+}
+
 /// Starts a gateway in front of `upstreams`.
 pub async fn start_gateway(upstreams: &[&FakeUpstream]) -> GatewayHandle {
     start(gateway_config(
@@ -281,10 +298,15 @@ pub async fn wait_outstanding_zero(gateway: &GatewayHandle) {
     .await;
 }
 
-/// A chat request body.
+/// A chat request body for the fake upstreams' model.
 pub fn chat_body(prompt: &str, stream: bool) -> String {
+    chat_body_for(MODEL, prompt, stream)
+}
+
+/// A chat request body for `model`.
+pub fn chat_body_for(model: &str, prompt: &str, stream: bool) -> String {
     serde_json::json!({
-        "model": MODEL,
+        "model": model,
         "messages": [{"role": "user", "content": prompt}],
         "stream": stream,
         "max_tokens": 8,

@@ -3,7 +3,8 @@
 //! `aibrix_prefix_cache_*` counters as seen on `/metrics`.
 
 use prefixgate_tests::{
-    Client, FakeUpstream, MODEL, chat_body, sample_value, start_gateway, wait_outstanding_zero,
+    Client, FakeUpstream, MOCK_MODEL, MODEL, chat_body, chat_body_for, mock_gateway_config,
+    sample_value, start_gateway, wait_outstanding_zero,
 };
 
 #[tokio::test]
@@ -297,6 +298,55 @@ async fn prefix_cache_spreads_different_families_by_load() {
         .collect();
     assert_ne!(pods[0], pods[1], "a new family goes to the idle pod");
     drop(held);
+    wait_outstanding_zero(&gateway).await;
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn mock_engines_serve_streams_through_every_policy() {
+    let gateway = gateway::start(mock_gateway_config(2)).await.unwrap();
+    let client = Client::new();
+    let models = client
+        .call("GET", &format!("{}/v1/models", gateway.url()), &[], "")
+        .await;
+    assert_eq!(models.json()["data"][0]["id"], MOCK_MODEL);
+    let family = "the quick brown fox jumps over the lazy dog ".repeat(20);
+    let mut owners = Vec::new();
+    for strategy in ["random", "least-request", "prefix-cache", "prefix-cache"] {
+        let answer = client
+            .post(
+                &gateway,
+                "/v1/chat/completions",
+                &[("routing-strategy", strategy)],
+                chat_body_for(MOCK_MODEL, &family, true),
+            )
+            .await;
+        assert_eq!(answer.status, 200, "{strategy}: {}", answer.text());
+        let pod = answer.header("target-pod").unwrap().to_owned();
+        assert!(pod == "mock-0" || pod == "mock-1", "{pod}");
+        assert!(
+            answer.text().ends_with("data: [DONE]\n\n"),
+            "{}",
+            answer.text()
+        );
+        if strategy == "prefix-cache" {
+            owners.push(pod);
+        }
+    }
+    assert_eq!(
+        owners[0], owners[1],
+        "the second prefix-cache request follows the first"
+    );
+    let whole = client
+        .post(
+            &gateway,
+            "/v1/chat/completions",
+            &[],
+            chat_body_for(MOCK_MODEL, "hi", false),
+        )
+        .await;
+    assert_eq!(whole.status, 200);
+    assert_eq!(whole.json()["object"], "chat.completion");
     wait_outstanding_zero(&gateway).await;
     gateway.shutdown().await;
 }

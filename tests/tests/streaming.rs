@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 use prefixgate_tests::{
-    Client, FakeUpstream, chat_body, gateway_config, start_gateway, wait_outstanding_zero,
-    wait_until,
+    Client, FakeUpstream, MOCK_MODEL, chat_body, chat_body_for, gateway_config,
+    mock_gateway_config, start_gateway, wait_outstanding_zero, wait_until,
 };
 
 fn stream_headers(fake: &'static str) -> [(&'static str, &'static str); 2] {
@@ -182,4 +182,24 @@ async fn shutdown_cuts_streams_at_the_end_of_the_grace_period() {
         a.in_flight() == 0
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_mock_engine_abort_mid_stream_ends_with_an_error_event() {
+    let gateway = gateway::start(mock_gateway_config(1)).await.unwrap();
+    let client = Client::new();
+    let answer = client
+        .post(
+            &gateway,
+            "/v1/chat/completions",
+            &[("x-mock-fail", "abort-after=2")],
+            chat_body_for(MOCK_MODEL, "hello there", true),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    let text = answer.text();
+    assert!(text.contains("data: {\"error\":"), "{text}");
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    wait_outstanding_zero(&gateway).await;
+    gateway.shutdown().await;
 }
