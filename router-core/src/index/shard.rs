@@ -2,8 +2,9 @@
 //! an intrusive doubly-linked list in order of last add (head = newest, tail = oldest).
 //!
 //! A shard is a plain single-threaded structure; [`super::PrefixIndex`] puts each behind its
-//! own lock. Slots live in one `Vec` and link by `u32` index, so a block costs one slot plus
-//! its (model, pod) pairs and a map entry, with no per-block allocation beyond the pairs.
+//! own lock. Slots live in one `Vec` and link by `u32` index. A slot is one 64-byte cache line
+//! holding the block's first (model, pod) pair inline, so a block sent to one pod costs one
+//! slot and a map entry and no allocation of its own; further pairs go in a small side `Vec`.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -24,10 +25,43 @@ struct Slot {
     last_add: Millis,
     prev: u32,
     next: u32,
-    /// Every (model, pod) that was sent this block. Grown one at a time with exact capacity:
-    /// most blocks have one or two pairs, and the bound on memory matters more than the rare
-    /// reallocation.
-    pairs: Vec<(ModelKey, PodKey)>,
+    pods: BlockPods,
+}
+
+/// Every (model, pod) that was sent a block: the first inline, the rest in `more`, grown one
+/// at a time with exact capacity (the bound on memory matters more than the rare realloc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct BlockPods {
+    first: (ModelKey, PodKey),
+    more: Vec<(ModelKey, PodKey)>,
+}
+
+impl BlockPods {
+    fn new(pair: (ModelKey, PodKey)) -> Self {
+        BlockPods {
+            first: pair,
+            more: Vec::new(),
+        }
+    }
+
+    /// Whether `pair` was sent this block.
+    pub(super) fn contains(&self, pair: &(ModelKey, PodKey)) -> bool {
+        self.first == *pair || self.more.contains(pair)
+    }
+
+    fn insert(&mut self, pair: (ModelKey, PodKey)) {
+        if !self.contains(&pair) {
+            self.more.reserve_exact(1);
+            self.more.push(pair);
+        }
+    }
+
+    #[cfg(test)]
+    fn to_vec(&self) -> Vec<(ModelKey, PodKey)> {
+        std::iter::once(self.first)
+            .chain(self.more.iter().copied())
+            .collect()
+    }
 }
 
 /// A shard: blocks by hash, with LRU order by add and TTL since add.
@@ -70,9 +104,9 @@ impl Shard {
 
     /// The pairs recorded for `hash`, if the block is held. Does not touch LRU order: AIBrix
     /// refreshes blocks on add only, so a lookup never saves a block from eviction.
-    pub(super) fn pairs(&self, hash: u64) -> Option<&[(ModelKey, PodKey)]> {
+    pub(super) fn pods(&self, hash: u64) -> Option<&BlockPods> {
         let slot = *self.map.get(&hash)?;
-        Some(&self.slots[slot as usize].pairs)
+        Some(&self.slots[slot as usize].pods)
     }
 
     /// Records `pair` for block `hash` at `now`, moving the block to the head. A new block
@@ -85,10 +119,7 @@ impl Shard {
             self.push_head(slot);
             let entry = &mut self.slots[slot as usize];
             entry.last_add = self.clock;
-            if !entry.pairs.contains(&pair) {
-                entry.pairs.reserve_exact(1);
-                entry.pairs.push(pair);
-            }
+            entry.pods.insert(pair);
             return false;
         }
         let mut evicted = false;
@@ -108,17 +139,14 @@ impl Shard {
                 last_add: 0,
                 prev: NIL,
                 next: NIL,
-                pairs: Vec::new(),
+                pods: BlockPods::new(pair),
             });
             (self.slots.len() - 1) as u32
         };
         let entry = &mut self.slots[slot as usize];
         entry.hash = hash;
         entry.last_add = self.clock;
-        entry.pairs.clear();
-        entry.pairs.shrink_to(1);
-        entry.pairs.reserve_exact(1);
-        entry.pairs.push(pair);
+        entry.pods = BlockPods::new(pair);
         self.map.insert(hash, slot);
         self.push_head(slot);
         evicted
@@ -138,20 +166,20 @@ impl Shard {
             self.unlink(oldest);
             self.map.remove(&hash);
             let entry = &mut self.slots[oldest as usize];
-            entry.pairs = Vec::new();
+            entry.pods.more = Vec::new();
             self.free.push(oldest);
             removed += 1;
         }
         removed
     }
 
-    /// Approximate heap bytes held (slots, pairs, map buckets, free list).
+    /// Approximate heap bytes held (slots, extra pairs, map buckets, free list).
     pub(super) fn heap_bytes(&self) -> usize {
         let slots = self.slots.capacity() * std::mem::size_of::<Slot>();
         let pairs: usize = self
             .slots
             .iter()
-            .map(|slot| slot.pairs.capacity() * std::mem::size_of::<(ModelKey, PodKey)>())
+            .map(|slot| slot.pods.more.capacity() * std::mem::size_of::<(ModelKey, PodKey)>())
             .sum();
         // hashbrown: one (key, value) bucket plus one control byte per bucket; buckets are
         // about capacity × 8/7 rounded up to a power of two.
@@ -255,9 +283,19 @@ mod tests {
         assert_eq!(shard.oldest_first(), [2, 3, 1]);
         assert!(shard.add(4, (0, 9), 11));
         assert_eq!(shard.oldest_first(), [3, 1, 4]);
-        assert_eq!(shard.pairs(1), Some(&[(0, 9), (0, 8)][..]));
-        assert_eq!(shard.pairs(4), Some(&[(0, 9)][..]));
-        assert_eq!(shard.pairs(2), None);
+        assert_eq!(
+            shard.pods(1).map(BlockPods::to_vec),
+            Some(vec![(0, 9), (0, 8)])
+        );
+        assert_eq!(shard.pods(4).map(BlockPods::to_vec), Some(vec![(0, 9)]));
+        assert!(shard.pods(2).is_none());
+        // Re-adding a known pair adds nothing; eviction reuses the slot with fresh pods.
+        shard.add(1, (0, 8), 12);
+        assert_eq!(
+            shard.pods(1).map(BlockPods::to_vec),
+            Some(vec![(0, 9), (0, 8)])
+        );
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
         assert_eq!(shard.len(), 3);
     }
 
