@@ -195,6 +195,22 @@ mod tests {
     }
 
     #[test]
+    fn aibrix_env_sits_between_file_and_flags() {
+        let env = |key: &str| match key {
+            "AIBRIX_PREFIX_CACHE_BLOCK_SIZE" => Some("4".to_owned()),
+            "AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR" => Some("3".to_owned()),
+            _ => None,
+        };
+        let config = parse(&["--stddev-factor", "5"]).resolve(env).unwrap();
+        assert_eq!(config.routing.block_size, 4, "env over the default");
+        assert_eq!(config.routing.stddev_factor, 5, "flag over env");
+
+        let bad = |key: &str| (key == "AIBRIX_PREFIX_CACHE_BLOCK_SIZE").then(|| "big".to_owned());
+        let error = parse(&[]).resolve(bad).unwrap_err().to_string();
+        assert!(error.contains("AIBRIX_PREFIX_CACHE_BLOCK_SIZE"), "{error}");
+    }
+
+    #[test]
     fn bad_flags_are_refused_with_the_flag_named() {
         let error = Cli::try_parse_from(["prefixgate", "--backend", "nope"]).unwrap_err();
         assert!(error.to_string().contains("NAME=URL"), "{error}");

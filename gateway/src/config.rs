@@ -318,6 +318,24 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_is_the_defaults() {
+        let text = include_str!("../../config/gateway.example.toml");
+        let config = GatewayConfig::from_toml_str(text).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config, GatewayConfig::default());
+        // Every commented-out example parses too, so the file never documents a wrong key.
+        let is_example = |l: &&str| l.starts_with("[[") || l.split_whitespace().nth(1) == Some("=");
+        let uncommented: String = text
+            .lines()
+            .map(|line| line.strip_prefix("# ").filter(is_example).unwrap_or(line))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let config = GatewayConfig::from_toml_str(&uncommented).unwrap();
+        assert_eq!(config.backends.len(), 2);
+        assert!(config.routing.hf_tokenizer_path.is_some());
+    }
+
+    #[test]
     fn unknown_keys_are_named() {
         let error = GatewayConfig::from_toml_str("listen_addr = \"127.0.0.1:1\"").unwrap_err();
         assert!(error.to_string().contains("listen_addr"), "{error}");
