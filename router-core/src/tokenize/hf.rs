@@ -46,6 +46,32 @@ impl Tokenizer for HfTokenizer {
 mod tests {
     use super::*;
 
+    /// A word-level vocabulary small enough to write inline.
+    const TOKENIZER_JSON: &str = r#"{"version":"1.0","truncation":null,"padding":null,
+        "added_tokens":[],"normalizer":null,"pre_tokenizer":{"type":"Whitespace"},
+        "post_processor":null,"decoder":null,
+        "model":{"type":"WordLevel","vocab":{"[UNK]":0,"hello":1,"world":258},"unk_token":"[UNK]"}}"#;
+
+    #[test]
+    fn ids_are_written_big_endian() {
+        let path = std::env::temp_dir().join(format!("prefixgate-hf-{}.json", std::process::id()));
+        std::fs::write(&path, TOKENIZER_JSON).unwrap();
+        let tokenizer = HfTokenizer::from_file(&path);
+        std::fs::remove_file(&path).unwrap();
+        let bytes = tokenizer.unwrap().bytes("hello world nope").unwrap();
+        assert_eq!(&*bytes, [0, 0, 0, 1, 0, 0, 1, 2, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn a_malformed_file_names_the_path() {
+        let path =
+            std::env::temp_dir().join(format!("prefixgate-hf-bad-{}.json", std::process::id()));
+        std::fs::write(&path, "{not json").unwrap();
+        let err = HfTokenizer::from_file(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(err.value, path.display().to_string());
+    }
+
     #[test]
     fn a_missing_file_names_the_path() {
         let err = HfTokenizer::from_file(Path::new("/nonexistent/tokenizer.json")).unwrap_err();
