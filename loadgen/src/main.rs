@@ -1,18 +1,23 @@
 //! The `loadgen` binary: command-line parsing and file I/O around the library.
 //!
-//! `loadgen simulate` runs the matrix on the simulated stack, `loadgen report` renders result
+//! `loadgen simulate` runs the matrix on the simulated stack, `loadgen matrix` runs it live
+//! (against a gateway, or `--local` against mock replicas started here), `loadgen report` renders result
 //! files, `loadgen check-schema` holds a result to the seed's schema. Results are written
 //! atomically (a temporary file renamed into place), so a failed run never leaves a truncated
 //! file; a run that stops early writes what it has with `complete: false`.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use loadgen::measure::{MatrixResult, PhaseResult, schema_check};
+use loadgen::measure::{MatrixResult, PhaseResult, Slo, schema_check};
 use loadgen::report;
-use loadgen::run::{SimOptions, simulate_matrix};
+use loadgen::run::live_request::http_client;
+use loadgen::run::{
+    LiveRunner, LiveTarget, LocalOptions, LocalStack, ReplicaEndpoint, RunDescription, SimOptions,
+    simulate_matrix,
+};
 use loadgen::workload::Matrix;
 use mock_engine::model::EngineProfile;
 
@@ -27,16 +32,43 @@ struct Cli {
     command: Command,
 }
 
+/// Which phases to run and where the result goes (shared by `simulate` and `matrix`).
+#[derive(Debug, clap::Args)]
+struct Selection {
+    /// Matrix definition (default: the built-in config/matrix-24.toml).
+    #[arg(long)]
+    matrix: Option<PathBuf>,
+    /// Replace the matrix's routes, e.g. `random,least-request,prefix-cache`.
+    #[arg(long, value_delimiter = ',')]
+    routes: Option<Vec<String>>,
+    /// Requests per phase (default: the matrix's count).
+    #[arg(long)]
+    count: Option<usize>,
+    /// Where to write the result JSON (default: stdout).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+impl Selection {
+    fn matrix(&self) -> Result<Matrix> {
+        let mut m = match &self.matrix {
+            Some(path) => Matrix::load(path)?,
+            None => Matrix::builtin()?,
+        };
+        if let Some(routes) = &self.routes {
+            m = m.with_routes(routes)?;
+        }
+        if let Some(count) = self.count {
+            m = m.with_count(count)?;
+        }
+        Ok(m)
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the matrix through router-core and mock-engine models on a virtual clock.
     Simulate {
-        /// Matrix definition (default: the built-in config/matrix-24.toml).
-        #[arg(long)]
-        matrix: Option<PathBuf>,
-        /// Replace the matrix's routes, e.g. `random,least-request,prefix-cache`.
-        #[arg(long, value_delimiter = ',')]
-        routes: Option<Vec<String>>,
         /// Number of simulated replicas.
         #[arg(long, default_value_t = 2)]
         replicas: usize,
@@ -46,19 +78,44 @@ enum Command {
         /// Replica names are this prefix plus A, B, C, …
         #[arg(long, default_value = "L20-")]
         replica_prefix: String,
-        /// Requests per phase (default: the matrix's count).
-        #[arg(long)]
-        count: Option<usize>,
-        /// Where to write the result JSON.
-        #[arg(long)]
-        out: Option<PathBuf>,
+        #[command(flatten)]
+        selection: Selection,
     },
-    /// Run the matrix live against a gateway (not built yet).
+    /// Run the matrix live: against a gateway (`--gateway`), or against mock replicas and a
+    /// gateway started here on loopback (`--local`).
     Matrix {
-        #[arg(long)]
+        /// The gateway's base URL, e.g. http://127.0.0.1:8080.
+        #[arg(long, required_unless_present = "local")]
         gateway: Option<String>,
+        /// The gateway's metrics URL (routing counters); without it they are `null`.
         #[arg(long)]
+        gateway_metrics: Option<String>,
+        /// A replica as NAME=URL (its base URL or its /metrics URL); repeat per replica.
+        #[arg(long = "replica")]
+        replicas_at: Vec<String>,
+        /// The served model name.
+        #[arg(long, default_value = "Qwen3.8-27B-FP8")]
+        model: String,
+        /// Start mock replicas and a gateway in this process and run against them.
+        #[arg(long, conflicts_with_all = ["gateway", "replicas_at"])]
         local: bool,
+        /// Local mode: number of mock replicas.
+        #[arg(long, default_value_t = 2)]
+        replicas: usize,
+        /// Local mode: engine time runs this many times faster than wall time.
+        #[arg(long, default_value_t = 1.0)]
+        time_scale: f64,
+        /// Local mode: engine profile (a built-in name or a .toml path).
+        #[arg(long, default_value = "l20-qwen27b-fp8")]
+        engine_profile: String,
+        /// Local mode: replica names are this prefix plus A, B, C, …
+        #[arg(long, default_value = "L20-")]
+        replica_prefix: String,
+        /// Wall seconds one request may take (live mode).
+        #[arg(long, default_value_t = 600.0)]
+        request_timeout: f64,
+        #[command(flatten)]
+        selection: Selection,
     },
     /// Render a result file as a Markdown table (and charts).
     Report {
@@ -78,34 +135,100 @@ enum Command {
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Simulate {
-            matrix,
-            routes,
             replicas,
             engine_profile,
             replica_prefix,
-            count,
-            out,
+            selection,
         } => {
-            let mut m = match &matrix {
-                Some(path) => Matrix::load(path)?,
-                None => Matrix::builtin()?,
-            };
-            if let Some(routes) = routes {
-                m = m.with_routes(&routes)?;
-            }
-            if let Some(count) = count {
-                m = m.with_count(count)?;
-            }
+            let m = selection.matrix()?;
             let profile = EngineProfile::load(&engine_profile)
                 .with_context(|| format!("engine profile {engine_profile:?}"))?;
             let mut options = SimOptions::seed_like(profile);
             options.replicas = replicas;
             options.replica_prefix = replica_prefix;
-            simulate(&m, &options, out.as_deref())
+            simulate(&m, &options, selection.out.as_deref())
         }
-        Command::Matrix { .. } => bail!(
-            "the live runner (`loadgen matrix`) is not built yet; use `loadgen simulate` (see docs/LOADGEN.md)"
-        ),
+        Command::Matrix {
+            gateway,
+            gateway_metrics,
+            replicas_at,
+            model,
+            local,
+            replicas,
+            time_scale,
+            engine_profile,
+            replica_prefix,
+            request_timeout,
+            selection,
+        } => {
+            let m = selection.matrix()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            runtime.block_on(async move {
+                if local {
+                    let profile = EngineProfile::load(&engine_profile)
+                        .with_context(|| format!("engine profile {engine_profile:?}"))?;
+                    let mut names = SimOptions::seed_like(profile.clone());
+                    names.replicas = replicas;
+                    names.replica_prefix = replica_prefix;
+                    if !(1..=64).contains(&replicas) {
+                        bail!("--replicas must be 1..=64, got {replicas}");
+                    }
+                    let stack = LocalStack::start(LocalOptions {
+                        names: names.replica_names(),
+                        profile: profile.clone(),
+                        time_scale,
+                        model,
+                    })
+                    .await
+                    .map_err(anyhow::Error::msg)?;
+                    let describe = RunDescription {
+                        runtime: format!(
+                            "prefixgate loadgen {} local: mock-engine {} at time scale {time_scale} (times in engine seconds)",
+                            env!("CARGO_PKG_VERSION"),
+                            profile.name
+                        ),
+                        gateway: "prefixgate gateway (router-core, AIBrix v0.7.0 prefix-cache semantics)".into(),
+                        gpu_per_replica: format!("simulated {}", profile.name),
+                    };
+                    let runner = LiveRunner::new(http_client(), stack.target().clone());
+                    let outcome = live(&runner, &m, describe, selection.out.as_deref()).await;
+                    stack.shutdown().await;
+                    outcome
+                } else {
+                    let gateway = gateway.context("--gateway URL is required without --local")?;
+                    let endpoints = replicas_at
+                        .iter()
+                        .map(|spec| ReplicaEndpoint::parse(spec))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(anyhow::Error::msg)?;
+                    if endpoints.is_empty() {
+                        bail!("give every replica as --replica NAME=URL (engine metrics are read from it)");
+                    }
+                    if !(request_timeout.is_finite() && request_timeout > 0.0) {
+                        bail!("--request-timeout must be > 0 seconds");
+                    }
+                    let target = LiveTarget {
+                        gateway: gateway.trim_end_matches('/').to_owned(),
+                        gateway_metrics,
+                        replicas: endpoints,
+                        model,
+                        time_scale: 1.0,
+                        request_limit: Duration::from_secs_f64(request_timeout),
+                        slo: Slo::default(),
+                    };
+                    let describe = RunDescription {
+                        runtime: format!("prefixgate loadgen {} live against {}", env!("CARGO_PKG_VERSION"), target.gateway),
+                        gateway: target.gateway.clone(),
+                        gpu_per_replica: "unknown".into(),
+                    };
+                    let runner = LiveRunner::new(http_client(), target);
+                    live(&runner, &m, describe, selection.out.as_deref()).await
+                }
+            })
+        }
         Command::Report {
             file,
             baseline,
@@ -153,15 +276,7 @@ fn simulate(matrix: &Matrix, options: &SimOptions, out: Option<&Path>) -> Result
     let mut done = 0;
     let mut progress = |p: &PhaseResult| {
         done += 1;
-        eprintln!(
-            "[{done}/{total}] {}: good {}/{} ttft p50 {:.3}s p95 {:.3}s split {}",
-            p.phase,
-            p.good,
-            p.requests,
-            p.ttft.p50.unwrap_or(f64::NAN),
-            p.ttft.p95.unwrap_or(f64::NAN),
-            report::table::replica_split(p)
-        );
+        progress_line(done, total, p);
     };
     let (result, failure) = match simulate_matrix(matrix, options, &mut progress) {
         Ok(result) => (result, None),
@@ -186,6 +301,58 @@ fn simulate(matrix: &Matrix, options: &SimOptions, out: Option<&Path>) -> Result
         ),
         None => Ok(()),
     }
+}
+
+async fn live(
+    runner: &LiveRunner,
+    matrix: &Matrix,
+    describe: RunDescription,
+    out: Option<&Path>,
+) -> Result<()> {
+    let started = Instant::now();
+    let total = matrix.phases().len();
+    let mut done = 0;
+    let mut progress = |p: &PhaseResult| {
+        done += 1;
+        progress_line(done, total, p);
+    };
+    let interrupt = async {
+        // If the signal handler cannot be installed, run uninterruptible rather than stop.
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let (result, stopped) = runner
+        .run_matrix(matrix, describe, &mut progress, interrupt)
+        .await;
+    eprintln!(
+        "ran {} phases in {:.1}s wall",
+        result.measured_phases,
+        started.elapsed().as_secs_f64()
+    );
+    match out {
+        Some(path) => {
+            write_atomically(path, &result)?;
+            print!("{}", report::render_table(&result));
+        }
+        None => println!("{}", serde_json::to_string_pretty(&result)?),
+    }
+    match stopped {
+        Some(why) => bail!("run stopped after {} phases: {why}", result.measured_phases),
+        None => Ok(()),
+    }
+}
+
+fn progress_line(done: usize, total: usize, p: &PhaseResult) {
+    eprintln!(
+        "[{done}/{total}] {}: good {}/{} ttft p50 {:.3}s p95 {:.3}s split {}",
+        p.phase,
+        p.good,
+        p.requests,
+        p.ttft.p50.unwrap_or(f64::NAN),
+        p.ttft.p95.unwrap_or(f64::NAN),
+        report::table::replica_split(p)
+    );
 }
 
 fn write_atomically(path: &Path, result: &MatrixResult) -> Result<()> {

@@ -1,8 +1,17 @@
 //! How traffic is sent. `sim` drives router-core and mock-engine models on a virtual clock;
-//! the live runner (HTTP against a gateway) is not built yet (see `docs/LOADGEN.md`).
+//! `live` sends HTTP to a gateway (and `local` starts mock replicas and a gateway in-process
+//! for it). Both hand the same records to [`crate::measure`].
 
+pub mod live;
+pub mod live_request;
+pub mod local;
+pub mod prom_text;
+pub mod setup;
 pub mod sim;
 pub mod sim_cluster;
+pub mod sse;
 
+pub use live::{LiveError, LiveRunner, LiveTarget, ReplicaEndpoint, RunDescription};
+pub use local::{LocalOptions, LocalStack};
 pub use sim::{PartialRun, SimOptions, simulate_matrix, simulate_phase};
 pub use sim_cluster::{Arrival, SimCluster, SimError, Target};

@@ -1,0 +1,439 @@
+//! The live runner (`loadgen matrix`): the matrix's workload over HTTP against a gateway, with
+//! the replicas' `/metrics` scraped for engine deltas and peaks and the gateway's `/metrics`
+//! read before and after each phase for the routing counters.
+//!
+//! Per phase: priming as SPEC §5.1, one request at a time (warm: straight to each replica's
+//! own endpoint, then through the gateway; hot: candidates through the gateway). Then the
+//! measured requests, each in its own task and sent at its scheduled time, so a slow stream
+//! never delays the next send. Times are engine seconds (wall × time scale) on a phase clock.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::live_request::{HttpClient, PhaseClock, chat_body, get_text, stream_request};
+use super::prom_text::{Scrape, routing_deltas};
+use super::setup::{HotSetup, PRIMING_MAX_TOKENS, Setup, phase_config};
+use crate::measure::{
+    EngineCounters, MatrixResult, Peaks, PhaseOutcome, PhaseResult, ReplicaObservation,
+    RequestRecord, Slo, summarize,
+};
+use crate::workload::{
+    Matrix, PhaseSpec, Priming, choose_hot_families, family_owners, initial_owners, plan_requests,
+};
+
+/// Wall-time bound on one scrape.
+const SCRAPE_LIMIT: Duration = Duration::from_secs(5);
+
+/// Engine seconds between gauge scrapes (the seed harness's 250 ms).
+const SCRAPE_PERIOD: f64 = 0.25;
+
+/// Shortest wall time between scrapes, so a high time scale cannot turn scraping into a
+/// busy loop.
+const MIN_SCRAPE_WALL: Duration = Duration::from_millis(20);
+
+/// Bound on scrapes per phase (hours at the shortest period); the stop signal ends it first.
+const MAX_SCRAPES: u64 = 1_000_000;
+
+/// One replica as the live runner sees it.
+#[derive(Debug, Clone)]
+pub struct ReplicaEndpoint {
+    pub name: String,
+    /// `http://host:port` (its `/metrics` and `/v1/chat/completions` hang off it).
+    pub base: String,
+}
+
+impl ReplicaEndpoint {
+    /// Parses `NAME=URL`; a URL ending in `/metrics` is taken as the metrics URL itself.
+    pub fn parse(spec: &str) -> Result<ReplicaEndpoint, String> {
+        let (name, url) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("--replica {spec:?}: expected NAME=URL"))?;
+        let url = url.trim().trim_end_matches('/');
+        if name.trim().is_empty() || !url.starts_with("http://") {
+            return Err(format!(
+                "--replica {spec:?}: expected NAME=http://host:port"
+            ));
+        }
+        Ok(ReplicaEndpoint {
+            name: name.trim().to_owned(),
+            base: url.trim_end_matches("/metrics").to_owned(),
+        })
+    }
+}
+
+/// Where the live runner sends traffic and reads metrics.
+#[derive(Debug, Clone)]
+pub struct LiveTarget {
+    /// The gateway's base URL.
+    pub gateway: String,
+    /// The gateway's metrics URL (`None`: routing counter deltas are `null`).
+    pub gateway_metrics: Option<String>,
+    pub replicas: Vec<ReplicaEndpoint>,
+    pub model: String,
+    /// Engine time per wall second (1 for real engines).
+    pub time_scale: f64,
+    /// Wall-time bound on one request.
+    pub request_limit: Duration,
+    pub slo: Slo,
+}
+
+/// The free-text top-level fields of a live result.
+#[derive(Debug, Clone)]
+pub struct RunDescription {
+    /// `runtime`: what served the requests (and the time scale, in local mode).
+    pub runtime: String,
+    /// `aibrix`: the gateway.
+    pub gateway: String,
+    pub gpu_per_replica: String,
+}
+
+/// A live phase that could not be run.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("priming failed: {0}")]
+    Priming(String),
+    #[error("cannot read replica metrics: {0}")]
+    Scrape(String),
+    #[error("no balanced family choice after {0} setup attempts")]
+    NoBalancedSetup(u32),
+}
+
+/// Runs phases against one target.
+#[derive(Debug)]
+pub struct LiveRunner {
+    client: HttpClient,
+    target: LiveTarget,
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl LiveRunner {
+    pub fn new(client: HttpClient, target: LiveTarget) -> Self {
+        LiveRunner { client, target }
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.target
+            .replicas
+            .iter()
+            .map(|r| r.name.clone())
+            .collect()
+    }
+
+    fn gateway_chat(&self) -> String {
+        format!("{}/v1/chat/completions", self.target.gateway)
+    }
+
+    /// Runs one phase: priming, measured requests, scrapes.
+    pub async fn run_phase(&self, phase: &PhaseSpec) -> Result<PhaseResult, LiveError> {
+        let setup = self.prime(phase).await?;
+        let plan = plan_requests(phase);
+        let bodies: Vec<_> = plan
+            .iter()
+            .map(|r| {
+                let text = phase.measured_prompt(&setup.prefixes[r.family], r);
+                chat_body(&self.target.model, &text, phase.shape.output)
+            })
+            .collect();
+
+        let before = self.counters().await?;
+        let gateway_before = self.gateway_scrape().await;
+        let (stop, stopped) = watch::channel(false);
+        let scraper = tokio::spawn(scrape_peaks(
+            self.client.clone(),
+            self.target.replicas.clone(),
+            self.target.time_scale,
+            stopped,
+        ));
+
+        // A short lead so the first send is not late by the time spent spawning.
+        let lead = Duration::from_millis(50);
+        let clock = PhaseClock {
+            origin: tokio::time::Instant::now() + lead,
+            scale: self.target.time_scale,
+        };
+        let unix_origin = unix_now() + lead.as_secs_f64();
+        let url = self.gateway_chat();
+        let strategy = phase.route.as_str();
+        let mut tasks = JoinSet::new();
+        for (request, body) in plan.iter().zip(bodies) {
+            tokio::time::sleep_until(clock.instant(request.at)).await;
+            let record = RequestRecord::sent(request.index, request.family, request.at, 0.0);
+            let (client, url, limit) =
+                (self.client.clone(), url.clone(), self.target.request_limit);
+            tasks.spawn(async move {
+                stream_request(&client, &url, body, Some(strategy), clock, record, limit).await
+            });
+        }
+        let mut records = Vec::with_capacity(plan.len());
+        while let Some(done) = tasks.join_next().await {
+            // A panicked task is a bug in this crate; its request counts as lost.
+            if let Ok(record) = done {
+                records.push(record);
+            }
+        }
+        records.sort_by_key(|r| r.index);
+        let _ = stop.send(true);
+        let peaks = scraper.await.unwrap_or_default();
+        let after = self.counters().await?;
+        let gateway_after = self.gateway_scrape().await;
+
+        let replicas = self
+            .target
+            .replicas
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ReplicaObservation {
+                name: r.name.clone(),
+                before: before[i],
+                after: after[i],
+                peaks: peaks.get(i).copied().unwrap_or_default(),
+            })
+            .collect();
+        let routing_counter_deltas = match (gateway_before, gateway_after) {
+            (Some(b), Some(a)) => Some(routing_deltas(&b, &a)),
+            _ => None,
+        };
+        let outcome = PhaseOutcome {
+            config: phase_config(phase, setup.hot.as_ref()),
+            clock_origin: unix_origin,
+            families: phase.shape.families,
+            records,
+            replicas,
+            initial_prefix_owners: setup.initial_prefix_owners,
+            routing_counter_deltas,
+            dropped: 0,
+        };
+        Ok(summarize(&outcome, &self.target.slo))
+    }
+
+    /// Runs every phase of `matrix` in order, stopping early when `interrupt` resolves or a
+    /// phase fails; the phases done come back either way (`complete: false` when stopped),
+    /// with the reason it stopped.
+    pub async fn run_matrix(
+        &self,
+        matrix: &Matrix,
+        describe: RunDescription,
+        progress: &mut dyn FnMut(&PhaseResult),
+        interrupt: impl Future<Output = ()>,
+    ) -> (MatrixResult, Option<String>) {
+        let phases = matrix.phases();
+        let mut results = Vec::with_capacity(phases.len());
+        let mut stopped = None;
+        let mut interrupt = std::pin::pin!(interrupt);
+        for phase in &phases {
+            tokio::select! {
+                outcome = self.run_phase(phase) => match outcome {
+                    Ok(result) => {
+                        progress(&result);
+                        results.push(result);
+                    }
+                    Err(e) => {
+                        stopped = Some(format!("{}: {e}", phase.name));
+                        break;
+                    }
+                },
+                () = &mut interrupt => {
+                    stopped = Some(format!("interrupted during {}", phase.name));
+                    break;
+                }
+            }
+        }
+        let result = MatrixResult {
+            model: self.target.model.clone(),
+            runtime: describe.runtime,
+            runtime_image_digests: Vec::new(),
+            aibrix: describe.gateway,
+            replicas: self.target.replicas.len(),
+            gpu_per_replica: describe.gpu_per_replica,
+            measured_phases: results.len(),
+            planned_phases: phases.len(),
+            complete: stopped.is_none() && results.len() == phases.len(),
+            phases: results,
+        };
+        (result, stopped)
+    }
+
+    /// Sends one priming request and waits for it; it must succeed.
+    async fn prime_one(
+        &self,
+        url: &str,
+        text: &str,
+        strategy: Option<&str>,
+    ) -> Result<RequestRecord, LiveError> {
+        let clock = PhaseClock {
+            origin: tokio::time::Instant::now(),
+            scale: self.target.time_scale,
+        };
+        let body = chat_body(&self.target.model, text, PRIMING_MAX_TOKENS);
+        let record = RequestRecord::sent(0, 0, 0.0, 0.0);
+        let record = stream_request(
+            &self.client,
+            url,
+            body,
+            strategy,
+            clock,
+            record,
+            self.target.request_limit,
+        )
+        .await;
+        if !record.succeeded() {
+            return Err(LiveError::Priming(format!(
+                "{url}: status {:?}, error {:?}",
+                record.status, record.error
+            )));
+        }
+        Ok(record)
+    }
+
+    async fn prime(&self, phase: &PhaseSpec) -> Result<Setup, LiveError> {
+        let families = phase.shape.families;
+        let route = Some(phase.route.as_str());
+        let gateway = self.gateway_chat();
+        match phase.priming {
+            Priming::None => Ok(Setup {
+                prefixes: (0..families).map(|f| phase.prefix(0, f)).collect(),
+                ..Setup::default()
+            }),
+            Priming::Warm => {
+                let prefixes: Vec<String> = (0..families).map(|f| phase.prefix(0, f)).collect();
+                for (f, prefix) in prefixes.iter().enumerate() {
+                    for (i, replica) in self.target.replicas.iter().enumerate() {
+                        let text = phase.priming_prompt(prefix, &format!("warm-direct-{i}"), f);
+                        let url = format!("{}/v1/chat/completions", replica.base);
+                        self.prime_one(&url, &text, None).await?;
+                    }
+                }
+                let mut owners = BTreeMap::new();
+                for (f, prefix) in prefixes.iter().enumerate() {
+                    let text = phase.priming_prompt(prefix, "warm-routed", f);
+                    let record = self.prime_one(&gateway, &text, route).await?;
+                    if let Some(pod) = record.target_pod {
+                        owners.insert(f.to_string(), vec![pod]);
+                    }
+                }
+                Ok(Setup {
+                    prefixes,
+                    initial_prefix_owners: owners,
+                    hot: None,
+                })
+            }
+            Priming::Hot => {
+                let candidates = phase.shape.priming_candidates;
+                let names = self.names();
+                for attempt in 0..phase.shape.max_setup_attempts {
+                    let prefixes: Vec<String> =
+                        (0..candidates).map(|c| phase.prefix(attempt, c)).collect();
+                    let mut owners = Vec::with_capacity(candidates);
+                    for (c, prefix) in prefixes.iter().enumerate() {
+                        let text = phase.priming_prompt(prefix, &format!("hot-{attempt}"), c);
+                        let record = self.prime_one(&gateway, &text, route).await?;
+                        owners.push(record.target_pod.unwrap_or_default());
+                    }
+                    if let Some(choice) = choose_hot_families(&owners, &names, families) {
+                        return Ok(Setup {
+                            prefixes: choice
+                                .family_map
+                                .iter()
+                                .map(|&c| prefixes[c].clone())
+                                .collect(),
+                            initial_prefix_owners: family_owners(&choice.family_map, &owners),
+                            hot: Some(HotSetup {
+                                attempt: attempt + 1,
+                                candidates,
+                                initial_owners: initial_owners(&owners, &names),
+                                family_map: choice.family_map,
+                                hot_replica: choice.hot_replica,
+                            }),
+                        });
+                    }
+                }
+                Err(LiveError::NoBalancedSetup(phase.shape.max_setup_attempts))
+            }
+        }
+    }
+
+    /// Every replica's engine counters now.
+    async fn counters(&self) -> Result<Vec<EngineCounters>, LiveError> {
+        let mut out = Vec::with_capacity(self.target.replicas.len());
+        for r in &self.target.replicas {
+            let url = format!("{}/metrics", r.base);
+            let text = get_text(&self.client, &url, SCRAPE_LIMIT)
+                .await
+                .map_err(LiveError::Scrape)?;
+            let s = Scrape::parse(&text);
+            out.push(EngineCounters {
+                completed: s.sum("vllm:request_success_total"),
+                queries: s.sum("vllm:prefix_cache_queries_total"),
+                hits: s.sum("vllm:prefix_cache_hits_total"),
+                preemptions: s.sum("vllm:num_preemptions_total"),
+            });
+        }
+        Ok(out)
+    }
+
+    async fn gateway_scrape(&self) -> Option<Scrape> {
+        let url = self.target.gateway_metrics.as_deref()?;
+        let text = get_text(&self.client, url, SCRAPE_LIMIT).await.ok()?;
+        Some(Scrape::parse(&text))
+    }
+}
+
+/// Scrapes every replica's gauges every [`SCRAPE_PERIOD`] engine seconds until told to stop.
+async fn scrape_peaks(
+    client: HttpClient,
+    replicas: Vec<ReplicaEndpoint>,
+    time_scale: f64,
+    mut stop: watch::Receiver<bool>,
+) -> Vec<Peaks> {
+    let mut peaks = vec![Peaks::default(); replicas.len()];
+    let period = Duration::from_secs_f64(SCRAPE_PERIOD / time_scale).max(MIN_SCRAPE_WALL);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    for _ in 0..MAX_SCRAPES {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return peaks,
+        }
+        for (p, r) in peaks.iter_mut().zip(&replicas) {
+            let url = format!("{}/metrics", r.base);
+            // A missed scrape only lowers the peak's resolution; the phase goes on.
+            if let Ok(text) = get_text(&client, &url, SCRAPE_LIMIT).await {
+                let s = Scrape::parse(&text);
+                p.observe(
+                    s.sum("vllm:num_requests_waiting"),
+                    s.sum("vllm:num_requests_running"),
+                    s.sum("vllm:kv_cache_usage_perc"),
+                );
+            }
+        }
+    }
+    peaks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_specs_parse_or_explain() {
+        let r = ReplicaEndpoint::parse("L20-A=http://10.0.0.1:8000/metrics").unwrap();
+        assert_eq!(
+            (r.name.as_str(), r.base.as_str()),
+            ("L20-A", "http://10.0.0.1:8000")
+        );
+        let r = ReplicaEndpoint::parse("b=http://h:1/").unwrap();
+        assert_eq!(r.base, "http://h:1");
+        for bad in ["nourl", "=http://h:1", "a=ftp://h"] {
+            let err = ReplicaEndpoint::parse(bad).unwrap_err();
+            assert!(err.contains("--replica"), "{err}");
+        }
+    }
+}

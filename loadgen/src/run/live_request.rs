@@ -1,0 +1,190 @@
+//! One streamed request against an OpenAI-compatible endpoint, timestamped chunk by chunk.
+//!
+//! The client is hyper's pooled HTTP/1.1 client with TCP_NODELAY. A request is a chat
+//! completion with `stream`, `stream_options.include_usage` and `ignore_eos`. Its record
+//! gets the phase clock's time when each body piece arrives: the first piece with content,
+//! the last one with content, `[DONE]`, the usage chunk, and the `target-pod` and
+//! `x-prefixgate-outstanding` headers. Nothing here panics on a bad server: every failure
+//! becomes an [`ErrorClass`] in the record.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::time::Instant;
+
+use super::sse::{Chunk, SseLines, classify};
+use crate::measure::{ErrorClass, RequestRecord, Usage};
+
+/// The pooled client every live request shares.
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A client with TCP_NODELAY (a token is a few bytes; Nagle would delay it).
+pub fn http_client() -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(5)));
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+/// Engine time of a phase: wall time since `origin`, times the time scale.
+#[derive(Debug, Clone, Copy)]
+pub struct PhaseClock {
+    pub origin: Instant,
+    pub scale: f64,
+}
+
+impl PhaseClock {
+    /// Engine seconds since the origin.
+    pub fn now(&self) -> f64 {
+        self.origin.elapsed().as_secs_f64() * self.scale
+    }
+
+    /// The wall instant of engine time `at`.
+    pub fn instant(&self, at: f64) -> Instant {
+        self.origin + Duration::from_secs_f64((at / self.scale).max(0.0))
+    }
+}
+
+/// The JSON body of a streamed chat completion.
+pub fn chat_body(model: &str, text: &str, max_tokens: u32) -> Bytes {
+    let body = serde_json::json!({
+        "model": model,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "ignore_eos": true,
+    });
+    Bytes::from(body.to_string())
+}
+
+/// Sends `body` to `url` (a full `/v1/chat/completions` URL), with a `routing-strategy`
+/// header when given, and fills `record`. `limit` bounds the whole exchange (wall time).
+pub async fn stream_request(
+    client: &HttpClient,
+    url: &str,
+    body: Bytes,
+    strategy: Option<&str>,
+    clock: PhaseClock,
+    mut record: RequestRecord,
+    limit: Duration,
+) -> RequestRecord {
+    record.dispatched = clock.now();
+    let outcome = tokio::time::timeout(
+        limit,
+        exchange(client, url, body, strategy, clock, &mut record),
+    )
+    .await;
+    match outcome {
+        Err(_) => record.error = Some(ErrorClass::Timeout),
+        Ok(Err(class)) => record.error = Some(class),
+        Ok(Ok(())) => {}
+    }
+    if record.error.is_none() && (record.first_content.is_none() || record.usage.is_none()) {
+        record.error = Some(ErrorClass::Incomplete);
+    }
+    record
+}
+
+async fn exchange(
+    client: &HttpClient,
+    url: &str,
+    body: Bytes,
+    strategy: Option<&str>,
+    clock: PhaseClock,
+    record: &mut RequestRecord,
+) -> Result<(), ErrorClass> {
+    let mut request = http::Request::post(url).header("content-type", "application/json");
+    if let Some(strategy) = strategy {
+        request = request.header("routing-strategy", strategy);
+    }
+    let request = request
+        .body(Full::new(body))
+        .map_err(|_| ErrorClass::Connect)?;
+    let response = client
+        .request(request)
+        .await
+        .map_err(|_| ErrorClass::Connect)?;
+    record.status = Some(response.status().as_u16());
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    record.target_pod = header("target-pod");
+    record.outstanding_at_selection =
+        header("x-prefixgate-outstanding").and_then(|v| v.trim().parse().ok());
+    if !response.status().is_success() {
+        return Err(ErrorClass::Status);
+    }
+    let mut body = response.into_body();
+    let mut lines = SseLines::default();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| ErrorClass::StreamBroken)?;
+        let Some(data) = frame.data_ref() else {
+            continue;
+        };
+        let t = clock.now();
+        for payload in lines.feed(data).map_err(|_| ErrorClass::StreamBroken)? {
+            match classify(&payload) {
+                Chunk::Done => {
+                    record.stream_end = Some(t);
+                    return Ok(());
+                }
+                Chunk::Data {
+                    content,
+                    finished: _,
+                    usage,
+                } => {
+                    if content {
+                        record.first_content.get_or_insert(t);
+                        record.last_token = Some(t);
+                    }
+                    if let Some((prompt_tokens, completion_tokens, cached_tokens)) = usage {
+                        record.usage = Some(Usage {
+                            prompt_tokens,
+                            completion_tokens,
+                            cached_tokens,
+                        });
+                    }
+                }
+                Chunk::Error(_) | Chunk::Malformed(_) => return Err(ErrorClass::StreamBroken),
+            }
+        }
+    }
+    // The body ended without `[DONE]`.
+    record.stream_end = Some(clock.now());
+    Err(ErrorClass::StreamBroken)
+}
+
+/// GETs `url` and returns its body as text (`limit` bounds the whole exchange).
+pub async fn get_text(client: &HttpClient, url: &str, limit: Duration) -> Result<String, String> {
+    let fetch = async {
+        let request = http::Request::get(url)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| format!("bad URL {url}: {e}"))?;
+        let response = client
+            .request(request)
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        if !response.status().is_success() {
+            return Err(format!("GET {url}: status {}", response.status()));
+        }
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?
+            .to_bytes();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    tokio::time::timeout(limit, fetch)
+        .await
+        .map_err(|_| format!("GET {url}: no answer within {limit:?}"))?
+}
