@@ -109,6 +109,120 @@ fn aibrix_matched_pods_table() {
     }
 }
 
+/// `TestPrefixMatchingStandardDeviationEdgeCases` (k may be 0 or negative there; our config
+/// refuses k < 1, the filter function itself takes any k).
+#[test]
+fn aibrix_standard_deviation_edge_cases() {
+    let max32 = i32::MAX as u64;
+    type Case = (
+        &'static str,
+        [u64; 3],
+        &'static [(usize, u8)],
+        f64,
+        Option<usize>,
+    );
+    let cases: [Case; 10] = [
+        (
+            "zero factor",
+            [10, 15, 20],
+            &[(0, 100), (1, 90), (2, 80)],
+            0.0,
+            Some(0),
+        ),
+        (
+            "negative factor",
+            [10, 10, 10],
+            &[(0, 100), (1, 90), (2, 80)],
+            -1.0,
+            Some(0),
+        ),
+        (
+            "huge factor",
+            [1000, 10, 15],
+            &[(0, 100), (1, 90), (2, 80)],
+            1000.0,
+            Some(0),
+        ),
+        (
+            "sample sd is 1",
+            [100, 101, 102],
+            &[(0, 90), (1, 80), (2, 70)],
+            1.0,
+            Some(0),
+        ),
+        (
+            "k 0 keeps ≤ mean",
+            [200, 201, 202],
+            &[(0, 90), (1, 80), (2, 70)],
+            0.0,
+            Some(0),
+        ),
+        (
+            "same match",
+            [50, 10, 30],
+            &[(0, 75), (1, 75), (2, 75)],
+            2.0,
+            Some(1),
+        ),
+        ("single within", [5, 50, 60], &[(1, 80)], 2.0, Some(1)),
+        ("single over", [5, 200, 10], &[(1, 100)], 1.0, None),
+        (
+            "extreme",
+            [max32, 0, 5],
+            &[(0, 100), (1, 50), (2, 25)],
+            1.0,
+            Some(1),
+        ),
+        (
+            "zero variance",
+            [10, 10, 10],
+            &[(0, 90), (1, 80), (2, 70)],
+            1.0,
+            Some(0),
+        ),
+    ];
+    let mut rng = rng();
+    for (name, counts, matched, k, expected) in cases {
+        assert_eq!(
+            pick_matched(&counts, matched, k, &mut rng),
+            expected,
+            "{name}"
+        );
+    }
+}
+
+/// `TestLoadImbalanceEdgeCases` with the values an unsigned count can take.
+#[test]
+fn aibrix_load_imbalance_extremes() {
+    let max32 = i32::MAX as u64;
+    assert_eq!(imbalance_gate(&[max32, max32 - 1], 8), None);
+    assert_eq!(
+        imbalance_gate(&[max32 - 20, max32], 8).as_deref(),
+        Some(&[0][..])
+    );
+    assert_eq!(imbalance_gate(&[5, 10, 15], 0).as_deref(), Some(&[0][..]));
+    assert_eq!(imbalance_gate(&[max32, max32, max32], 8), None);
+    assert_eq!(
+        imbalance_gate(&[0, 0, max32], 8).as_deref(),
+        Some(&[0, 1][..])
+    );
+}
+
+/// `TestSelectTargetPodWithLeastRequestCountEdgeCases`: the fallback takes the minimum.
+#[test]
+fn aibrix_least_request_extremes() {
+    let max32 = i32::MAX as u64;
+    let mut rng = rng();
+    assert_eq!(least_loaded_of(&[max32, max32 - 1, max32], &mut rng), 1);
+    assert_eq!(least_loaded_of(&[0, max32, 10], &mut rng), 0);
+    assert_eq!(least_loaded_of(&[u64::MAX], &mut rng), 0);
+    let mut seen = [false; 3];
+    for _ in 0..64 {
+        seen[least_loaded_of(&[max32, max32, max32], &mut rng)] = true;
+    }
+    assert_eq!(seen, [true; 3]);
+}
+
 /// The reference notes' verified vectors for the σ filter (§1.7).
 #[test]
 fn sigma_filter_vectors() {
