@@ -166,10 +166,15 @@ fn prompt_text(raw: Option<&RawValue>) -> Result<String, BodyError> {
 
 /// The unescaped string when `raw` is a JSON string, borrowed when it has no escapes.
 fn json_string(raw: &RawValue) -> Option<Cow<'_, str>> {
-    if !raw.get().starts_with('"') {
+    let json = raw.get();
+    if !json.starts_with('"') {
         return None;
     }
-    serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
+    // `&str` only deserialises when the string has no escapes; then nothing is copied.
+    if let Ok(borrowed) = serde_json::from_str::<&str>(json) {
+        return Some(Cow::Borrowed(borrowed));
+    }
+    serde_json::from_str::<String>(json).ok().map(Cow::Owned)
 }
 
 #[cfg(test)]
@@ -332,6 +337,16 @@ mod tests {
             b"{\"model\":\"\xff\",\"prompt\":\"p\"}",
         );
         assert!(matches!(invalid_utf8, Err(BodyError::InvalidJson(_))));
+    }
+
+    #[test]
+    fn strings_without_escapes_are_borrowed() {
+        let raw: &RawValue = serde_json::from_str(r#""plain""#).unwrap();
+        assert!(matches!(json_string(raw), Some(Cow::Borrowed("plain"))));
+        let raw: &RawValue = serde_json::from_str(r#""a\nb""#).unwrap();
+        assert_eq!(json_string(raw).as_deref(), Some("a\nb"));
+        let raw: &RawValue = serde_json::from_str("12").unwrap();
+        assert_eq!(json_string(raw), None);
     }
 
     #[test]
