@@ -111,6 +111,13 @@ impl RouterConfig {
         }
         if let Some(value) = lookup(block_number) {
             self.block_capacity = env_integer(block_number, &value, 1)?;
+            if self.block_capacity > MAX_BLOCK_CAPACITY {
+                return Err(ConfigError::new(
+                    block_number,
+                    &value,
+                    format!("must be at most {MAX_BLOCK_CAPACITY}"),
+                ));
+            }
         }
         if let Some(value) = lookup(interval) {
             self.eviction_interval_secs = env_integer(interval, &value, 1)?;
@@ -278,6 +285,7 @@ mod tests {
             ("AIBRIX_PREFIX_CACHE_BLOCK_SIZE", "-4"),
             ("AIBRIX_PREFIX_CACHE_BLOCK_SIZE", "12k"),
             ("AIBRIX_PREFIX_CACHE_BLOCK_NUMBER", "0"),
+            ("AIBRIX_PREFIX_CACHE_BLOCK_NUMBER", "1073741825"),
             ("AIBRIX_PREFIX_CACHE_EVICTION_INTERVAL_SECONDS", "0"),
             ("AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS", "1.5"),
             ("AIBRIX_PREFIX_CACHE_HASH_SEED", "18446744073709551616"),
