@@ -203,3 +203,30 @@ async fn a_mock_engine_abort_mid_stream_ends_with_an_error_event() {
     wait_outstanding_zero(&gateway).await;
     gateway.shutdown().await;
 }
+
+/// Needs Python with the `openai` package (`pip install openai`), which CI does not have:
+/// `PREFIXGATE_PYTHON=/path/to/python cargo test -p prefixgate-tests -- --ignored`.
+#[tokio::test]
+#[ignore = "needs Python with the openai package"]
+async fn openai_python_client_streams() {
+    let gateway = gateway::start(mock_gateway_config(2)).await.unwrap();
+    let python = std::env::var("PREFIXGATE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/openai_stream.py");
+    let output = tokio::process::Command::new(python)
+        .arg(script)
+        .arg(format!("{}/v1", gateway.url()))
+        .arg(MOCK_MODEL)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("target-pod=mock-"), "{stdout}");
+    wait_outstanding_zero(&gateway).await;
+    gateway.shutdown().await;
+}
