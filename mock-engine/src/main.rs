@@ -1,3 +1,310 @@
-//! The `mock-engine` binary: one or more simulated vLLM replicas on loopback.
+//! The `mock-engine` binary: one or more simulated vLLM replicas on loopback, each with its
+//! own engine model, until SIGINT or SIGTERM.
+//!
+//! Command-line contract (tests and tools script against it):
+//! `mock-engine --listen 127.0.0.1:PORT [--listen …] --profile NAME --time-scale S --model NAME`,
+//! each `--listen` one replica, or `--replicas N --port-base P` as a shorthand. Once every
+//! replica is listening, one line per replica goes to stdout: `NAME http://IP:PORT` (so a
+//! script that asked for port 0 learns the real port). Logs go to stderr (`RUST_LOG`).
 
-fn main() {}
+use std::io::IsTerminal;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use mock_engine::model::EngineProfile;
+use mock_engine::server::{FailurePlan, FailureSpec, ReplicaConfig, spawn_replica};
+
+/// Simulated vLLM 0.11 replicas: the OpenAI HTTP API, /metrics and prefix caching over a
+/// clocked engine model, with failure injection for testing gateways.
+#[derive(Debug, Parser)]
+#[command(name = "mock-engine", version, about, long_about = None, after_help = AFTER_HELP)]
+struct Cli {
+    /// Address of one replica (repeat for several). Port 0 picks a free port. Default, when
+    /// neither --listen nor --replicas is given: one replica on 127.0.0.1:8000.
+    #[arg(long, value_name = "IP:PORT", conflicts_with_all = ["replicas", "port_base"])]
+    listen: Vec<SocketAddr>,
+
+    /// Start N replicas on consecutive ports from --port-base (shorthand for N --listen).
+    #[arg(long, value_name = "N", requires = "port_base", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    replicas: Option<u16>,
+
+    /// First port of --replicas (replica i listens on PORT+i).
+    #[arg(long, value_name = "PORT", requires = "replicas")]
+    port_base: Option<u16>,
+
+    /// Address --replicas listens on.
+    #[arg(long, value_name = "IP", default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    host: IpAddr,
+
+    /// Replica names, in --listen order (repeat, or comma-separated). Unnamed replicas are
+    /// mock-0, mock-1, … by position.
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    name: Vec<String>,
+
+    /// Engine profile: a builtin name (l20-qwen27b-fp8, fast) or a path to a .toml file.
+    #[arg(long, value_name = "NAME|PATH", default_value = "l20-qwen27b-fp8")]
+    profile: String,
+
+    /// Engine time = wall time × S: every engine duration runs S times faster.
+    #[arg(long, value_name = "S", default_value_t = 1.0)]
+    time_scale: f64,
+
+    /// Served model name (the `model` requests must name; /v1/models lists it).
+    #[arg(long, value_name = "NAME", default_value = "mock-model")]
+    model: String,
+
+    /// Inject this failure into requests (grammar below); a request's x-mock-fail header
+    /// overrides it.
+    #[arg(long, value_name = "SPEC", value_parser = parse_spec)]
+    fail: Option<FailureSpec>,
+
+    /// Fraction of requests (0..=1) that get --fail.
+    #[arg(long, value_name = "FRACTION", default_value_t = 1.0, requires = "fail", value_parser = parse_rate)]
+    fail_rate: f64,
+
+    /// /health and /ping answer 503 for this many engine seconds after start.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    fail_health_for: Option<f64>,
+}
+
+const AFTER_HELP: &str = "\
+Failure injection (--fail SPEC, or per request the header `x-mock-fail: SPEC`):
+  directives separated by ';', e.g. \"status=503\", \"abort-after=5\", \"slow-start=2.5;abort-after=3\"
+    status=CODE          answer HTTP CODE (400..=599) with a vLLM-shaped error body
+    abort-after=N        drop the connection after N generated tokens (no [DONE])
+    hang                 never answer (until the client leaves)
+    slow-start=SECONDS   wait SECONDS (engine time) before admitting the request
+    none                 no failure (a header can switch off --fail for one request)
+  POST /mock/health?fail_for=SECONDS makes /health answer 503 for that long (0 clears).
+
+Output: one line per replica on stdout once listening: `NAME http://IP:PORT`.
+Logs: stderr, filtered by RUST_LOG (default info). Stops on SIGINT or SIGTERM.";
+
+fn parse_spec(text: &str) -> Result<FailureSpec, String> {
+    FailureSpec::parse(text).map_err(|e| e.to_string())
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if (0.0..=1.0).contains(&rate) => Ok(rate),
+        _ => Err(format!("`{text}` is not a fraction within 0..=1")),
+    }
+}
+
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Ok(secs),
+        _ => Err(format!("`{text}` is not a number of seconds >= 0")),
+    }
+}
+
+impl Cli {
+    /// Every replica's (name, address), checked.
+    fn replicas(&self) -> Result<Vec<(String, SocketAddr)>> {
+        let addrs: Vec<SocketAddr> = match (self.replicas, self.port_base) {
+            (Some(n), Some(base)) => (0..n)
+                .map(|i| {
+                    base.checked_add(i)
+                        .map(|port| SocketAddr::new(self.host, port))
+                        .with_context(|| {
+                            format!("--port-base {base} + {i} is past the last port (65535)")
+                        })
+                })
+                .collect::<Result<_>>()?,
+            _ if self.listen.is_empty() => vec![SocketAddr::new(self.host, 8000)],
+            _ => self.listen.clone(),
+        };
+        if self.name.len() > addrs.len() {
+            bail!(
+                "{} --name values for {} replicas",
+                self.name.len(),
+                addrs.len()
+            );
+        }
+        let mut named = Vec::with_capacity(addrs.len());
+        for (i, addr) in addrs.into_iter().enumerate() {
+            let name = self
+                .name
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| format!("mock-{i}"));
+            if name.is_empty() {
+                bail!("--name values must not be empty");
+            }
+            if named.iter().any(|(other, _)| *other == name) {
+                bail!("replica name `{name}` given twice");
+            }
+            named.push((name, addr));
+        }
+        Ok(named)
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mock-engine: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Starts the replicas, waits for a signal, stops them.
+async fn run(cli: Cli) -> Result<()> {
+    if !(cli.time_scale.is_finite() && cli.time_scale > 0.0) {
+        bail!(
+            "--time-scale must be a finite number > 0, got {}",
+            cli.time_scale
+        );
+    }
+    let profile = EngineProfile::load(&cli.profile).context("--profile")?;
+    let failures = FailurePlan {
+        spec: cli.fail.clone().unwrap_or_default(),
+        rate: cli.fail_rate,
+        health_fail_for: cli.fail_health_for,
+    };
+
+    let mut handles = Vec::new();
+    for (name, listen) in cli.replicas()? {
+        let config = ReplicaConfig {
+            name,
+            listen,
+            model: cli.model.clone(),
+            profile: profile.clone(),
+            time_scale: cli.time_scale,
+            failures: failures.clone(),
+        };
+        match spawn_replica(config).await {
+            Ok(handle) => handles.push(handle),
+            Err(e) => {
+                for handle in handles {
+                    handle.shutdown().await;
+                }
+                return Err(e.into());
+            }
+        }
+    }
+    for handle in &handles {
+        println!("{} {}", handle.name(), handle.url());
+    }
+
+    wait_for_signal().await?;
+    tracing::info!("signal received, stopping");
+    for handle in handles {
+        handle.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Waits for SIGINT (Ctrl-C) or SIGTERM.
+async fn wait_for_signal() -> Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+        tokio::select! {
+            ctrl_c = tokio::signal::ctrl_c() => ctrl_c.context("waiting for SIGINT")?,
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("mock-engine").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn listen_and_names_pair_by_position() {
+        let cli = parse(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--listen",
+            "127.0.0.1:9001",
+            "--name",
+            "L20-A",
+        ])
+        .unwrap();
+        let replicas = cli.replicas().unwrap();
+        assert_eq!(replicas[0].0, "L20-A");
+        assert_eq!(replicas[1].0, "mock-1");
+        assert_eq!(replicas[1].1.port(), 9001);
+    }
+
+    #[test]
+    fn replicas_shorthand_counts_ports_up() {
+        let cli = parse(&["--replicas", "3", "--port-base", "9000"]).unwrap();
+        let ports: Vec<u16> = cli.replicas().unwrap().iter().map(|r| r.1.port()).collect();
+        assert_eq!(ports, [9000, 9001, 9002]);
+        let overflow = parse(&["--replicas", "3", "--port-base", "65534"]).unwrap();
+        assert!(
+            overflow
+                .replicas()
+                .unwrap_err()
+                .to_string()
+                .contains("past the last port")
+        );
+    }
+
+    #[test]
+    fn bad_flags_are_clear_errors() {
+        assert!(parse(&["--listen", "nowhere"]).is_err());
+        assert!(parse(&["--replicas", "2"]).is_err());
+        assert!(
+            parse(&[
+                "--replicas",
+                "2",
+                "--port-base",
+                "1",
+                "--listen",
+                "127.0.0.1:1"
+            ])
+            .is_err()
+        );
+        let spec = parse(&["--fail", "explode"]).unwrap_err().to_string();
+        assert!(spec.contains("unknown failure directive"), "{spec}");
+        assert!(parse(&["--fail", "hang", "--fail-rate", "2"]).is_err());
+        assert!(parse(&["--fail-rate", "0.5"]).is_err());
+        assert!(parse(&["--fail-health-for", "-1"]).is_err());
+        let dup = parse(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--listen",
+            "127.0.0.1:0",
+            "--name",
+            "a,a",
+        ])
+        .unwrap();
+        assert!(dup.replicas().unwrap_err().to_string().contains("twice"));
+        let many = parse(&["--name", "a,b"]).unwrap();
+        assert!(many.replicas().is_err());
+    }
+}
