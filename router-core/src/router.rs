@@ -272,6 +272,40 @@ mod tests {
         assert_ne!(character.hashes(text).unwrap(), expected);
     }
 
+    proptest::proptest! {
+        /// Every strategy picks one of the candidates, `least-request` a least-loaded one,
+        /// and every count returns to its start when the guards drop.
+        #[test]
+        fn every_strategy_picks_a_candidate(
+            counts in proptest::collection::vec(0u64..10, 2..6),
+            strategy in proptest::sample::select(Strategy::ALL.to_vec()),
+            seed in proptest::prelude::any::<u64>(),
+        ) {
+            let router = Router::new(RouterConfig { block_size: 4, ..RouterConfig::default() })
+                .unwrap();
+            let loads: Vec<_> = counts.iter().map(|&c| PodLoad::with_outstanding(c)).collect();
+            let names: Vec<String> = (0..counts.len()).map(|i| format!("pod-{i}")).collect();
+            let pods: Vec<Candidate<'_>> = names
+                .iter()
+                .zip(&loads)
+                .map(|(name, load)| Candidate { name, load })
+                .collect();
+            let mut rng = StdRng::seed_from_u64(seed);
+            let routed = router
+                .route(strategy, &request("abcdefgh"), &pods, &mut rng, 0)
+                .unwrap();
+            let pod = routed.decision.pod;
+            proptest::prop_assert!(pod < counts.len());
+            proptest::prop_assert_eq!(&routed.decision.pod_name, &names[pod]);
+            if strategy == Strategy::LeastRequest {
+                proptest::prop_assert_eq!(counts[pod], *counts.iter().min().unwrap());
+            }
+            drop(routed);
+            let after: Vec<u64> = loads.iter().map(|load| load.outstanding()).collect();
+            proptest::prop_assert_eq!(after, counts);
+        }
+    }
+
     #[test]
     fn an_invalid_config_is_refused() {
         let err = Router::new(RouterConfig {

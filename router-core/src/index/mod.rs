@@ -168,18 +168,29 @@ impl PrefixIndex {
             return;
         }
         // Visit the blocks grouped by shard so that each shard is locked once per request
-        // rather than once per block. Sorting (shard, position) keys keeps the request's order
-        // inside a shard, which is the only order an LRU list can see.
-        let mut order: Vec<u64> = hashes
-            .iter()
-            .enumerate()
-            .map(|(i, &hash)| ((self.shard_of(hash) as u64) << 32) | i as u64)
-            .collect();
-        order.sort_unstable();
-        for run in order.chunk_by(|a, b| a >> 32 == b >> 32) {
-            let mut shard = lock(&self.shards[(run[0] >> 32) as usize]);
-            for &key in run {
-                let hash = hashes[(key & u64::from(u32::MAX)) as usize];
+        // rather than once per block. A counting sort by shard is stable, so the request's
+        // order survives inside each shard, which is the only order an LRU list can see.
+        let mut starts = [0usize; MAX_SHARDS + 1];
+        for &hash in hashes {
+            starts[self.shard_of(hash) + 1] += 1;
+        }
+        for shard in 0..MAX_SHARDS {
+            starts[shard + 1] += starts[shard];
+        }
+        let mut next = starts;
+        let mut grouped = vec![0u64; hashes.len()];
+        for &hash in hashes {
+            let shard = self.shard_of(hash);
+            grouped[next[shard]] = hash;
+            next[shard] += 1;
+        }
+        for (shard, lock_of) in self.shards.iter().enumerate() {
+            let run = &grouped[starts[shard]..starts[shard + 1]];
+            if run.is_empty() {
+                continue;
+            }
+            let mut shard = lock(lock_of);
+            for &hash in run {
                 shard.add(hash, pair, now);
             }
         }
