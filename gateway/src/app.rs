@@ -155,3 +155,133 @@ async fn unknown_path(request: Request) -> Response {
     );
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::upstream_client;
+    use crate::replicas::Replica;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    fn state(replicas: Vec<Arc<Replica>>) -> Arc<AppState> {
+        Arc::new(AppState {
+            router: router_core::Router::new(router_core::RouterConfig::default()).unwrap(),
+            replicas: Arc::new(Replicas::new(replicas)),
+            metrics: Metrics::new().unwrap(),
+            client: upstream_client(Duration::from_secs(1), Duration::from_secs(1)),
+            settings: RequestSettings {
+                default_strategy: Strategy::LeastRequest,
+                max_body_bytes: 1024,
+                first_byte_timeout: Duration::from_secs(1),
+                idle_timeout: Duration::from_secs(1),
+                max_retries: 0,
+                eject_after_failures: 3,
+            },
+            clock: Clock::new(),
+        })
+    }
+
+    async fn call(router: Router, method: &str, path: &str, body: &str) -> (StatusCode, String) {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(axum::body::Body::from(body.to_owned()))
+            .unwrap();
+        let response = router.oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn models_are_the_union_and_ready_needs_a_ready_replica() {
+        let a = Arc::new(Replica::new("a", "127.0.0.1:1", vec!["m1".into()]));
+        let b = Arc::new(Replica::new(
+            "b",
+            "127.0.0.1:2",
+            vec!["m2".into(), "m1".into()],
+        ));
+        let state = state(vec![a.clone(), b.clone()]);
+        let (status, body) = call(app(state.clone()), "GET", "/v1/models", "").await;
+        assert_eq!(status, StatusCode::OK);
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let ids: Vec<&str> = json["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["m1", "m2"]);
+        assert_eq!(
+            call(app(state.clone()), "GET", "/ready", "").await.0,
+            StatusCode::OK
+        );
+        for replica in [&a, &b] {
+            for _ in 0..3 {
+                replica.report_failure(3);
+            }
+        }
+        let (status, body) = call(app(state.clone()), "GET", "/ready", "").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("no ready replica"), "{body}");
+        assert_eq!(
+            call(app(state), "GET", "/health", "").await.0,
+            StatusCode::OK
+        );
+    }
+
+    #[tokio::test]
+    async fn requests_are_refused_before_any_upstream_is_involved() {
+        let a = Arc::new(Replica::new("a", "127.0.0.1:1", vec!["m".into()]));
+        a.report_failure(1);
+        let state = state(vec![a]);
+        let chat = "/v1/chat/completions";
+        let cases = [
+            ("{", StatusCode::BAD_REQUEST, "invalid_json"),
+            (
+                r#"{"messages":[]}"#,
+                StatusCode::BAD_REQUEST,
+                "missing_model",
+            ),
+            (
+                r#"{"model":"x","messages":[]}"#,
+                StatusCode::NOT_FOUND,
+                "model_not_found",
+            ),
+            (
+                r#"{"model":"m","messages":[]}"#,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+            ),
+        ];
+        for (body, status, code) in cases {
+            let (got, text) = call(app(state.clone()), "POST", chat, body).await;
+            assert_eq!(got, status, "{body}: {text}");
+            assert!(text.contains(code), "{body}: {text}");
+        }
+        let big = format!(r#"{{"model":"m","prompt":"{}"}}"#, "x".repeat(2000));
+        let (got, text) = call(app(state.clone()), "POST", "/v1/completions", &big).await;
+        assert_eq!(got, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
+        let metrics = state.metrics.render(&state.replicas.snapshot());
+        assert!(
+            metrics.contains(r#"prefixgate_requests_total{code="404",model="x",pod=""} 1"#),
+            "{metrics}"
+        );
+    }
+
+    #[tokio::test]
+    async fn metrics_listener_serves_prometheus_text() {
+        let state = state(vec![Arc::new(Replica::new("a", "127.0.0.1:1", vec![]))]);
+        let (status, body) = call(metrics_app(state), "GET", "/metrics", "").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body.contains("aibrix_prefix_cache_indexer_status"),
+            "{body}"
+        );
+        assert!(
+            body.contains(r#"prefixgate_outstanding_requests{pod="a"} 0"#),
+            "{body}"
+        );
+    }
+}

@@ -350,3 +350,45 @@ async fn mock_engines_serve_streams_through_every_policy() {
     wait_outstanding_zero(&gateway).await;
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_single_ready_replica_moves_no_prefix_cache_counter() {
+    let a = FakeUpstream::start("a").await;
+    let gateway = start_gateway(&[&a]).await;
+    let client = Client::new();
+    let prompt = "long enough to fill several blocks ".repeat(20);
+    for _ in 0..2 {
+        let answer = client
+            .post(
+                &gateway,
+                "/v1/chat/completions",
+                &[("routing-strategy", "prefix-cache")],
+                chat_body(&prompt, false),
+            )
+            .await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.header("target-pod"), Some("a"));
+        assert_eq!(
+            answer.header("x-prefixgate-match-percent"),
+            None,
+            "no index consulted"
+        );
+    }
+    let metrics = client.metrics(&gateway).await;
+    assert!(
+        !metrics.contains("aibrix_prefix_cache_routing_decisions_total{"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("aibrix_prefix_cache_routing_latency_seconds_count{"),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample_value(
+            &metrics,
+            &format!("prefixgate_requests_total{{code=\"200\",model=\"{MODEL}\",pod=\"a\"}}")
+        ),
+        2.0
+    );
+    gateway.shutdown().await;
+}
