@@ -55,6 +55,9 @@ pub fn stream_response(submission: Submission, plan: ResponsePlan) -> Response {
     let events = stream::unfold(state, |mut state| async move {
         let submission = state.submission.as_mut()?;
         if state.plan.abort_after.is_some_and(|n| state.sent >= n) {
+            // Let hyper flush the tokens already written: an error polled straight after
+            // them would discard its write buffer, and the client must see exactly N.
+            tokio::task::yield_now().await;
             // Dropping the submission aborts the request in the model.
             state.submission = None;
             return Some((Err(dropped("injected abort-after")), state));

@@ -1,0 +1,134 @@
+//! The `spawn_replica` contract others build on: port 0, several replicas per process, bind
+//! errors reported, shutdown that ends in-flight streams.
+
+mod support;
+
+use http::StatusCode;
+use mock_engine::server::{ServerError, spawn_replica};
+use support::*;
+
+#[tokio::test]
+async fn several_replicas_on_port_zero_serve_independently() {
+    bounded(async {
+        let mut a_config = config(fast(), Default::default());
+        a_config.name = "L20-A".into();
+        let a = start_with(a_config).await;
+        let b = start(fast()).await;
+        assert_ne!(a.addr().port(), 0);
+        assert_ne!(a.addr(), b.addr());
+        assert_eq!(a.name(), "L20-A");
+        assert_eq!(a.url(), format!("http://127.0.0.1:{}", a.addr().port()));
+        let prompt = prompt_of(40, "s");
+        post(
+            &a,
+            "/v1/completions",
+            &completion_body(&prompt, 1, false, false),
+        )
+        .await;
+        post(
+            &a,
+            "/v1/completions",
+            &completion_body(&prompt, 1, false, false),
+        )
+        .await;
+        let on_b = post(
+            &b,
+            "/v1/completions",
+            &completion_body(&prompt, 1, false, false),
+        )
+        .await;
+        assert_eq!(on_b.status, StatusCode::OK);
+        // b has its own cache: no hit there.
+        assert_eq!(
+            on_b.json()["usage"]["prompt_tokens_details"],
+            serde_json::Value::Null
+        );
+        let a_metrics = wait_for_metrics(&a, |t| sample(t, &success_series("length")) == 2.0).await;
+        assert_eq!(
+            sample(&a_metrics, &series("vllm:prefix_cache_hits_total")),
+            32.0
+        );
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_taken_port_is_a_bind_error_naming_the_replica() {
+    bounded(async {
+        let first = start(fast()).await;
+        let mut clash = config(fast(), Default::default());
+        clash.name = "second".into();
+        clash.listen = first.addr();
+        let err = spawn_replica(clash).await.unwrap_err();
+        assert!(matches!(err, ServerError::Bind { .. }), "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("second") && message.contains(&first.addr().to_string()),
+            "{message}"
+        );
+
+        let mut bad_scale = config(fast(), Default::default());
+        bad_scale.time_scale = 0.0;
+        assert!(matches!(
+            spawn_replica(bad_scale).await,
+            Err(ServerError::TimeScale { .. })
+        ));
+        first.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn shutdown_ends_in_flight_streams_and_frees_the_port() {
+    bounded(async {
+        let replica = start(slow(0.02)).await;
+        let addr = replica.addr();
+        let mut stream = raw_request(
+            addr,
+            "/v1/chat/completions",
+            &[],
+            &chat_body("x", 10_000, true, false),
+        )
+        .await;
+        let head = read_until(&mut stream, "\"content\":\" ").await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        replica.shutdown().await;
+        let rest = read_to_close(&mut stream).await;
+        assert!(!rest.contains("[DONE]"));
+        // The listener is gone: the port can be bound again.
+        let mut again = config(fast(), Default::default());
+        again.listen = addr;
+        let reborn = spawn_replica(again)
+            .await
+            .expect("port free after shutdown");
+        assert_eq!(get(&reborn, "/health").await.status, StatusCode::OK);
+        reborn.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn time_scale_speeds_the_engine_up() {
+    bounded(async {
+        // 1 s engine steps at ×1000: three tokens in a few wall milliseconds, stamped as
+        // whole engine seconds in the histograms.
+        let mut scaled = config(slow(1.0), Default::default());
+        scaled.time_scale = 1000.0;
+        let replica = start_with(scaled).await;
+        let answer = post(
+            &replica,
+            "/v1/completions",
+            &completion_body("x", 3, false, false),
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::OK);
+        let text =
+            wait_for_metrics(&replica, |t| sample(t, &success_series("length")) == 1.0).await;
+        let e2e = sample(&text, &series("vllm:e2e_request_latency_seconds_sum"));
+        assert!(e2e >= 3.0, "three 1 s steps, in engine seconds: {e2e}");
+        replica.shutdown().await;
+    })
+    .await;
+}
