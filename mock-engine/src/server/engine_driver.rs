@@ -209,7 +209,8 @@ impl EngineDriver {
         self.shared.wake.notify_one();
     }
 
-    /// Reads the model (for `/metrics`), after bringing it up to date.
+    /// Reads the model (for `/metrics`) as of the driver's last step: the driver advances
+    /// it on every step boundary, so gauges are never more than one step old.
     pub fn inspect<R>(&self, read: impl FnOnce(&EngineModel) -> R) -> R {
         let state = self.shared.lock();
         read(&state.model)
