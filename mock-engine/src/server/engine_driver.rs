@@ -14,6 +14,7 @@
 //! the model, which frees its blocks and counts `finished_reason="abort"`.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -86,6 +87,36 @@ struct DriverShared {
     state: Mutex<DriverState>,
     wake: Notify,
     clock: EngineClock,
+    /// False once the driver loop has ended (shutdown, or a panic in the model): nothing
+    /// would advance a new request, so it must be refused rather than left hanging.
+    running: AtomicBool,
+}
+
+/// Why a request could not be submitted.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The model refused it (vLLM's 400 messages).
+    #[error(transparent)]
+    Admission(#[from] AdmissionError),
+    /// The driver is not running (vLLM's dead engine).
+    #[error("The engine is not running.")]
+    Stopped,
+}
+
+/// Ends every open stream when the driver loop ends, however it ends: dropping the senders
+/// makes each waiting response finish (with a dropped connection) instead of hanging.
+struct CloseStreamsOnExit(Arc<DriverShared>);
+
+impl Drop for CloseStreamsOnExit {
+    fn drop(&mut self) {
+        self.0.running.store(false, Ordering::Release);
+        let mut state = self.0.lock();
+        let now = self.0.now(&mut state);
+        let ids: Vec<RequestId> = state.streams.drain().map(|(id, _)| id).collect();
+        for id in ids {
+            state.model.abort(id, now);
+        }
+    }
 }
 
 impl DriverShared {
@@ -161,6 +192,7 @@ impl EngineDriver {
             }),
             wake: Notify::new(),
             clock,
+            running: AtomicBool::new(true),
         });
         let task = tokio::spawn(drive(Arc::clone(&shared), shutdown));
         (EngineDriver { shared }, task)
@@ -172,7 +204,7 @@ impl EngineDriver {
     }
 
     /// Admits a request at the current engine time.
-    pub fn submit(&self, request: EngineRequest) -> Result<Submission, AdmissionError> {
+    pub fn submit(&self, request: EngineRequest) -> Result<Submission, SubmitError> {
         // Room for every token the request can produce, so the driver never waits on a
         // client; the channel allocates lazily, so a large bound costs nothing up front.
         let capacity = usize::try_from(request.max_tokens)
@@ -181,6 +213,9 @@ impl EngineDriver {
         let (sender, tokens) = mpsc::channel(capacity);
         let id = {
             let mut state = self.shared.lock();
+            if !self.is_running() {
+                return Err(SubmitError::Stopped);
+            }
             let now = self.shared.now(&mut state);
             let id = state.model.submit(request, now)?;
             state.streams.insert(id, sender);
@@ -216,6 +251,11 @@ impl EngineDriver {
         read(&state.model)
     }
 
+    /// False once the driver loop has ended.
+    pub fn is_running(&self) -> bool {
+        self.shared.running.load(Ordering::Acquire)
+    }
+
     /// Engine time now.
     pub fn now(&self) -> Seconds {
         self.shared.clock.now()
@@ -224,6 +264,7 @@ impl EngineDriver {
 
 /// The driver loop: advance, deliver, sleep until the next thing to do.
 async fn drive(shared: Arc<DriverShared>, mut shutdown: watch::Receiver<bool>) {
+    let _close = CloseStreamsOnExit(Arc::clone(&shared));
     loop {
         let next = {
             let mut state = shared.lock();
@@ -251,14 +292,6 @@ async fn drive(shared: Arc<DriverShared>, mut shutdown: watch::Receiver<bool>) {
             }
         }
     }
-    // Whatever is still in flight ends here: dropping the senders ends every stream, and
-    // aborting the requests keeps the model's books straight for anyone still reading them.
-    let mut state = shared.lock();
-    let now = shared.now(&mut state);
-    let ids: Vec<RequestId> = state.streams.drain().map(|(id, _)| id).collect();
-    for id in ids {
-        state.model.abort(id, now);
-    }
 }
 
 /// Hands each token to its stream; returns the requests whose client is gone.
@@ -282,4 +315,94 @@ fn deliver(
         }
     }
     gone
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EngineProfile, FinishReason};
+
+    fn model(step: Seconds) -> EngineModel {
+        let mut profile = EngineProfile::builtin("fast").unwrap();
+        profile.t0 = step;
+        EngineModel::new(profile)
+    }
+
+    fn request(max_tokens: u32) -> EngineRequest {
+        EngineRequest {
+            prompt: (0..40).collect(),
+            max_tokens,
+            ignore_eos: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn tokens_arrive_in_order_stamped_in_engine_time() {
+        let (_stop, stopped) = watch::channel(false);
+        // 10 ms engine steps at ×100: 0.1 ms of wall time each.
+        let (driver, _task) = EngineDriver::start(model(0.01), EngineClock::start(100.0), stopped);
+        let mut submission = driver.submit(request(5)).unwrap();
+        let mut last_at = 0.0;
+        for index in 0..5 {
+            let token = submission.tokens.recv().await.unwrap();
+            assert_eq!(token.index, index);
+            assert!(token.at > last_at, "{} after {last_at}", token.at);
+            last_at = token.at;
+            assert_eq!(token.finish.is_some(), index == 4);
+        }
+        submission.guard.finished();
+        assert!(last_at >= 0.05 - 1e-9, "five 10 ms steps: {last_at}");
+        assert!(driver.now() >= last_at, "tokens are never delivered early");
+        assert_eq!(driver.inspect(|m| m.metrics().request_success.length), 1);
+    }
+
+    #[tokio::test]
+    async fn dropping_a_submission_aborts_it() {
+        let (_stop, stopped) = watch::channel(false);
+        let (driver, _task) = EngineDriver::start(model(1.0), EngineClock::start(1.0), stopped);
+        let submission = driver.submit(request(1000)).unwrap();
+        drop(submission);
+        let (aborted, running, waiting) = driver.inspect(|m| {
+            (
+                m.metrics().request_success.get(FinishReason::Abort),
+                m.num_running(),
+                m.num_waiting(),
+            )
+        });
+        assert_eq!((aborted, running, waiting), (1, 0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_stopped_driver_ends_streams_and_refuses_requests() {
+        let (stop, stopped) = watch::channel(false);
+        let (driver, task) = EngineDriver::start(model(1.0), EngineClock::start(1.0), stopped);
+        let mut submission = driver.submit(request(1000)).unwrap();
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        assert!(!driver.is_running());
+        // At most the tokens produced before the stop, then the end of the stream.
+        let mut received = 0;
+        while submission.tokens.recv().await.is_some() {
+            received += 1;
+            assert!(received < 1000);
+        }
+        assert!(matches!(
+            driver.submit(request(1)),
+            Err(SubmitError::Stopped)
+        ));
+        assert_eq!(
+            driver.inspect(|m| m.metrics().request_success.get(FinishReason::Abort)),
+            1
+        );
+    }
+
+    #[test]
+    fn the_clock_scales_and_clamps() {
+        let clock = EngineClock::start(10.0);
+        assert_eq!(clock.wall(1.0), Duration::from_millis(100));
+        assert_eq!(clock.wall(-1.0), Duration::ZERO);
+        assert_eq!(clock.wall(f64::NAN), Duration::ZERO);
+        assert_eq!(clock.wall(f64::INFINITY), MAX_SLEEP);
+        assert!(clock.deadline(1e300) > clock.deadline(1.0));
+    }
 }

@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::api_error::ApiError;
+use super::engine_driver::SubmitError;
 use super::envelope::ResponseMeta;
 use super::replica::Replica;
 use super::request::{Endpoint, PromptInput, parse_generation};
@@ -94,7 +95,12 @@ async fn generate(
             max_tokens,
             ignore_eos: params.ignore_eos,
         })
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        .map_err(|e| match e {
+            SubmitError::Admission(e) => ApiError::bad_request(e.to_string()),
+            SubmitError::Stopped => {
+                ApiError::with_status(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            }
+        })?;
     let prefix = match endpoint {
         Endpoint::Chat => "chatcmpl",
         Endpoint::Completions => "cmpl",

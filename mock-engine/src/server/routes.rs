@@ -60,9 +60,10 @@ fn json_response(status: StatusCode, body: String) -> Response {
     response
 }
 
-/// `GET /health`, `GET|POST /ping`: 200 with an empty body, 503 while failing.
+/// `GET /health`, `GET|POST /ping`: 200 with an empty body; 503 while health failure is
+/// injected or when the engine loop has died (vLLM's `EngineDeadError`).
 async fn health(State(replica): State<Arc<Replica>>) -> StatusCode {
-    if replica.healthy() {
+    if replica.healthy() && replica.driver.is_running() {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
