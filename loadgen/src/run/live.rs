@@ -422,6 +422,38 @@ async fn scrape_peaks(
 mod tests {
     use super::*;
 
+    fn unreachable() -> LiveTarget {
+        // Port 1 on loopback: nothing listens there, so connections are refused at once.
+        LiveTarget {
+            gateway: "http://127.0.0.1:1".into(),
+            gateway_metrics: Some("http://127.0.0.1:1/metrics".into()),
+            replicas: vec![ReplicaEndpoint::parse("L20-A=http://127.0.0.1:1").unwrap()],
+            model: "m".into(),
+            time_scale: 1.0,
+            request_limit: Duration::from_secs(5),
+            slo: Slo::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_stack_stops_the_run_with_a_partial_result() {
+        let runner = LiveRunner::new(super::super::live_request::http_client(), unreachable());
+        let matrix = Matrix::builtin().unwrap().with_count(2).unwrap();
+        let describe = RunDescription {
+            runtime: "test".into(),
+            gateway: "none".into(),
+            gpu_per_replica: "none".into(),
+        };
+        let (result, stopped) = runner
+            .run_matrix(&matrix, describe, &mut |_| {}, std::future::pending())
+            .await;
+        assert!(!result.complete);
+        assert_eq!((result.measured_phases, result.planned_phases), (0, 24));
+        let why = stopped.expect("the run stops");
+        assert!(why.contains("r1-cold-uniform-random"), "{why}");
+        assert!(why.contains("127.0.0.1:1"), "{why}");
+    }
+
     #[test]
     fn replica_specs_parse_or_explain() {
         let r = ReplicaEndpoint::parse("L20-A=http://10.0.0.1:8000/metrics").unwrap();

@@ -121,3 +121,74 @@ impl LocalStack {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::live::LiveRunner;
+    use crate::run::live_request::http_client;
+    use crate::workload::Matrix;
+
+    /// A real stack on loopback: mock replicas with the never-busy `fast` profile, time
+    /// scale 100 so a phase's arrivals take a fraction of a second. Only invariants are
+    /// checked, never timings.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn live_phases_against_a_local_stack_measure_every_request() {
+        let profile = EngineProfile::builtin("fast").expect("builtin fast profile");
+        let stack = LocalStack::start(LocalOptions {
+            names: vec!["L20-A".into(), "L20-B".into()],
+            profile,
+            time_scale: 100.0,
+            model: "m".into(),
+        })
+        .await
+        .unwrap();
+        let runner = LiveRunner::new(http_client(), stack.target().clone());
+        let phases = Matrix::builtin().unwrap().with_count(8).unwrap().phases();
+
+        let warm = runner.run_phase(&phases[5]).await.unwrap(); // r1-warm-uniform-prefix-cache
+        let hot = runner.run_phase(&phases[7]).await.unwrap(); // r1-hot50-least-request
+        stack.shutdown().await;
+
+        for p in [&warm, &hot] {
+            let name = &p.phase;
+            assert_eq!((p.requests, p.success, p.errors), (8, 8, 0), "{name}");
+            assert_eq!(p.gateway_verified_requests, 8, "{name}");
+            assert_eq!(p.replicas.values().map(|r| r.requests).sum::<usize>(), 8);
+            for (replica, r) in &p.replicas {
+                // Priming is excluded from the engine deltas.
+                assert_eq!(r.engine_completed, r.requests as f64, "{name} {replica}");
+            }
+            assert!((5037..=5100).contains(&p.input_tokens_range[0]), "{name}");
+            assert!(p.ttft.p50.is_some() && p.tpot.p50.is_some(), "{name}");
+        }
+        assert_eq!(warm.initial_prefix_owners.len(), 8);
+        assert!(warm.cache_hit_ratio > 0.9, "{}", warm.cache_hit_ratio);
+        let deltas = warm
+            .routing_counter_deltas
+            .as_ref()
+            .expect("gateway scraped");
+        let selections: f64 = deltas
+            .iter()
+            .filter(|d| d.name == crate::measure::counters::SELECTION)
+            .map(|d| d.delta)
+            .sum();
+        assert_eq!(selections, 8.0);
+        assert_eq!(hot.routing_counter_deltas, Some(Vec::new()));
+        assert_eq!(hot.config.hot_initial_replica.as_deref(), Some("L20-B"));
+        assert_eq!(hot.initial_prefix_owners["0"], vec!["L20-B".to_owned()]);
+    }
+
+    #[tokio::test]
+    async fn a_bad_time_scale_is_refused_before_anything_starts() {
+        let err = LocalStack::start(LocalOptions {
+            names: vec!["a".into()],
+            profile: EngineProfile::builtin("fast").expect("builtin fast profile"),
+            time_scale: 0.0,
+            model: "m".into(),
+        })
+        .await
+        .unwrap_err();
+        assert!(err.contains("--time-scale"), "{err}");
+    }
+}
