@@ -7,7 +7,8 @@
 //!   string is unescaped; any other JSON value (array of parts, object, `null`) contributes its
 //!   raw JSON bytes exactly as the client sent them. A message without `content` contributes
 //!   the empty string (it still takes its place in the join). Roles, names and tools are not
-//!   part of the text.
+//!   part of the text. An empty `messages` array gives empty text (AIBrix answers 400 there;
+//!   we let the engine give its own error, after the model and replica checks).
 //! - `/v1/completions`: `prompt`, which must be a string. An array prompt (batched or token
 //!   ids) is a client error, as in AIBrix.
 //! - `/v1/embeddings`: no text (the request is routed by load only).
