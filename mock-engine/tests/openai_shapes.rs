@@ -270,6 +270,10 @@ async fn errors_use_vllm_status_and_shape() {
         }
         let missing = get(&replica, "/v2/nothing").await;
         assert_eq!(missing.status, StatusCode::NOT_FOUND);
+        assert_eq!(missing.json()["detail"], "Not Found");
+        let wrong_method = get(&replica, "/v1/completions").await;
+        assert_eq!(wrong_method.status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(wrong_method.json()["detail"], "Method Not Allowed");
         replica.shutdown().await;
     })
     .await;

@@ -39,6 +39,7 @@ pub fn app(replica: Arc<Replica>) -> Router {
         .route("/metrics/", get(metrics))
         .route("/mock/health", post(control_health))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(replica)
 }
@@ -48,6 +49,14 @@ async fn not_found() -> Response {
     json_response(
         StatusCode::NOT_FOUND,
         r#"{"detail":"Not Found"}"#.to_owned(),
+    )
+}
+
+/// FastAPI's answer for a known path with the wrong method.
+async fn method_not_allowed() -> Response {
+    json_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        r#"{"detail":"Method Not Allowed"}"#.to_owned(),
     )
 }
 
