@@ -32,6 +32,15 @@ async fn status_failure_answers_a_vllm_error_and_never_reaches_the_engine() {
         assert!(error["message"].as_str().unwrap().contains("status=503"));
         let teapot = chat_with(&replica, "status=429", &chat_body("x", 2, false, false)).await;
         assert_eq!(teapot.status, StatusCode::TOO_MANY_REQUESTS);
+        // An invalid request is a 400 whatever the failure asks for.
+        let too_long = prompt_of(fast().max_model_len + 1, "t");
+        let invalid = chat_with(
+            &replica,
+            "status=503",
+            &chat_body(&too_long, 1, false, false),
+        )
+        .await;
+        assert_eq!(invalid.status, StatusCode::BAD_REQUEST);
         let text = metrics(&replica).await;
         assert_eq!(
             sample(&text, &series("vllm:prefix_cache_queries_total")),

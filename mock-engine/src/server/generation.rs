@@ -19,7 +19,7 @@ use super::envelope::ResponseMeta;
 use super::replica::Replica;
 use super::request::{Endpoint, PromptInput, parse_generation};
 use super::sse::{ResponsePlan, collected_response, stream_response};
-use crate::model::EngineRequest;
+use crate::model::{AdmissionError, EngineRequest};
 use crate::tokenizer;
 
 /// `POST /v1/chat/completions`.
@@ -65,12 +65,8 @@ async fn generate(
         PromptInput::Text(text) => tokenizer::encode(&text),
         PromptInput::Tokens(ids) => ids,
     };
-    // vLLM's default max_tokens is whatever room the context leaves; at least 1 so that an
-    // over-long prompt gets the "maximum context length" message, not a max_tokens one.
-    let room = replica.max_model_len.saturating_sub(prompt.len()).max(1);
-    let max_tokens = params
-        .max_tokens
-        .unwrap_or_else(|| u32::try_from(room).unwrap_or(u32::MAX));
+    let max_tokens = context_check(prompt.len(), params.max_tokens, replica.max_model_len)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
 
     if failure.hang {
         tracing::debug!(replica = %replica.name, "injected hang");
@@ -116,5 +112,69 @@ async fn generate(
         Ok(stream_response(submission, plan))
     } else {
         Ok(collected_response(submission, plan).await)
+    }
+}
+
+/// vLLM's length checks, done before any injected failure so that an invalid request is a 400
+/// whatever the failure plan says (the model repeats them on submit). Returns the effective
+/// `max_tokens`: when absent, whatever room the context leaves, as in vLLM.
+fn context_check(
+    prompt: usize,
+    max_tokens: Option<u32>,
+    max_model_len: usize,
+) -> Result<u32, AdmissionError> {
+    if prompt == 0 {
+        return Err(AdmissionError::EmptyPrompt);
+    }
+    let too_long = AdmissionError::PromptTooLong {
+        prompt,
+        max_model_len,
+    };
+    match max_tokens {
+        // Without max_tokens vLLM needs room for one token.
+        None if prompt >= max_model_len => Err(too_long),
+        None => Ok(u32::try_from(max_model_len - prompt).unwrap_or(u32::MAX)),
+        Some(_) if prompt > max_model_len => Err(too_long),
+        Some(0) => Err(AdmissionError::ZeroMaxTokens),
+        Some(n) if prompt.saturating_add(n as usize) > max_model_len => {
+            Err(AdmissionError::MaxTokensTooLarge {
+                max_tokens: n,
+                prompt,
+                max_model_len,
+            })
+        }
+        Some(n) => Ok(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_checks_follow_vllm() {
+        assert_eq!(context_check(10, None, 100), Ok(90));
+        assert_eq!(context_check(10, Some(90), 100), Ok(90));
+        assert_eq!(
+            context_check(0, Some(1), 100),
+            Err(AdmissionError::EmptyPrompt)
+        );
+        for (prompt, max_tokens) in [(100, None), (101, None), (101, Some(1))] {
+            assert!(
+                matches!(
+                    context_check(prompt, max_tokens, 100),
+                    Err(AdmissionError::PromptTooLong { .. })
+                ),
+                "{prompt} {max_tokens:?}"
+            );
+        }
+        assert!(matches!(
+            context_check(10, Some(91), 100),
+            Err(AdmissionError::MaxTokensTooLarge {
+                max_tokens: 91,
+                prompt: 10,
+                max_model_len: 100
+            })
+        ));
     }
 }
