@@ -6,6 +6,7 @@
 //! atomically (a temporary file renamed into place), so a failed run never leaves a truncated
 //! file; a run that stops early writes what it has with `complete: false`.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -133,6 +134,13 @@ enum Command {
 }
 
 fn main() -> Result<()> {
+    // Our own info lines (dispatch lag); only warnings from the in-process gateway and mocks.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,loadgen=info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     match Cli::parse().command {
         Command::Simulate {
             replicas,
@@ -322,9 +330,25 @@ async fn live(
             std::future::pending::<()>().await;
         }
     };
+    // On a terminal, one status line rewritten in place; plain lines per phase otherwise.
+    let ticker = std::io::stderr().is_terminal().then(|| {
+        let live = runner.progress();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            // Aborted when the run ends; the bound (about six days) only guards against a leak.
+            for _ in 0..1_000_000_u32 {
+                tick.tick().await;
+                eprint!("\r\x1b[2K{}", live.line());
+            }
+        })
+    });
     let (result, stopped) = runner
         .run_matrix(matrix, describe, &mut progress, interrupt)
         .await;
+    if let Some(ticker) = ticker {
+        ticker.abort();
+        eprint!("\r\x1b[2K");
+    }
     eprintln!(
         "ran {} phases in {:.1}s wall",
         result.measured_phases,
@@ -344,6 +368,10 @@ async fn live(
 }
 
 fn progress_line(done: usize, total: usize, p: &PhaseResult) {
+    if std::io::stderr().is_terminal() {
+        // Clears a status line the live ticker may have left.
+        eprint!("\r\x1b[2K");
+    }
     eprintln!(
         "[{done}/{total}] {}: good {}/{} ttft p50 {:.3}s p95 {:.3}s split {}",
         p.phase,

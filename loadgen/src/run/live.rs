@@ -8,6 +8,8 @@
 //! never delays the next send. Times are engine seconds (wall × time scale) on a phase clock.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
@@ -18,7 +20,7 @@ use super::prom_text::{Scrape, routing_deltas};
 use super::setup::{HotSetup, PRIMING_MAX_TOKENS, Setup, phase_config};
 use crate::measure::{
     EngineCounters, MatrixResult, Peaks, PhaseOutcome, PhaseResult, ReplicaObservation,
-    RequestRecord, Slo, summarize,
+    RequestRecord, Slo, is_good, summarize,
 };
 use crate::workload::{
     Matrix, PhaseSpec, Priming, choose_hot_families, family_owners, initial_owners, plan_requests,
@@ -101,11 +103,48 @@ pub enum LiveError {
     NoBalancedSetup(u32),
 }
 
+/// Counts of the phase in progress, updated as requests go out and finish, for a progress
+/// display (`loadgen matrix` on a terminal).
+#[derive(Debug, Default)]
+pub struct PhaseProgress {
+    phase: Mutex<String>,
+    pub planned: AtomicUsize,
+    pub sent: AtomicUsize,
+    pub done: AtomicUsize,
+    pub good: AtomicUsize,
+}
+
+impl PhaseProgress {
+    fn start(&self, phase: &str, planned: usize) {
+        if let Ok(mut name) = self.phase.lock() {
+            phase.clone_into(&mut name);
+        }
+        self.planned.store(planned, Ordering::Relaxed);
+        for counter in [&self.sent, &self.done, &self.good] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// One line: phase, requests sent and done, in flight, good so far.
+    pub fn line(&self) -> String {
+        let name = self.phase.lock().map(|n| n.clone()).unwrap_or_default();
+        let sent = self.sent.load(Ordering::Relaxed);
+        let done = self.done.load(Ordering::Relaxed);
+        format!(
+            "{name}: sent {sent}/{}, done {done}, in flight {}, good {}",
+            self.planned.load(Ordering::Relaxed),
+            sent.saturating_sub(done),
+            self.good.load(Ordering::Relaxed)
+        )
+    }
+}
+
 /// Runs phases against one target.
 #[derive(Debug)]
 pub struct LiveRunner {
     client: HttpClient,
     target: LiveTarget,
+    progress: Arc<PhaseProgress>,
 }
 
 fn unix_now() -> f64 {
@@ -116,7 +155,16 @@ fn unix_now() -> f64 {
 
 impl LiveRunner {
     pub fn new(client: HttpClient, target: LiveTarget) -> Self {
-        LiveRunner { client, target }
+        LiveRunner {
+            client,
+            target,
+            progress: Arc::default(),
+        }
+    }
+
+    /// Live counts of the phase in progress.
+    pub fn progress(&self) -> Arc<PhaseProgress> {
+        Arc::clone(&self.progress)
     }
 
     fn names(&self) -> Vec<String> {
@@ -163,13 +211,22 @@ impl LiveRunner {
         let url = self.gateway_chat();
         let strategy = phase.route.as_str();
         let mut tasks = JoinSet::new();
+        self.progress.start(&phase.name, plan.len());
         for (request, body) in plan.iter().zip(bodies) {
             tokio::time::sleep_until(clock.instant(request.at)).await;
             let record = RequestRecord::sent(request.index, request.family, request.at, 0.0);
             let (client, url, limit) =
                 (self.client.clone(), url.clone(), self.target.request_limit);
+            let (progress, slo) = (Arc::clone(&self.progress), self.target.slo);
+            progress.sent.fetch_add(1, Ordering::Relaxed);
             tasks.spawn(async move {
-                stream_request(&client, &url, body, Some(strategy), clock, record, limit).await
+                let record =
+                    stream_request(&client, &url, body, Some(strategy), clock, record, limit).await;
+                progress.done.fetch_add(1, Ordering::Relaxed);
+                if is_good(&record, &slo) {
+                    progress.good.fetch_add(1, Ordering::Relaxed);
+                }
+                record
             });
         }
         let mut records = Vec::with_capacity(plan.len());
@@ -180,6 +237,16 @@ impl LiveRunner {
             }
         }
         records.sort_by_key(|r| r.index);
+        // Sends are scheduled tasks; a lag here would hide client-side queueing in the numbers.
+        let lag = records
+            .iter()
+            .map(|r| r.dispatched - r.scheduled)
+            .fold(0.0, f64::max);
+        tracing::info!(
+            phase = %phase.name,
+            max_dispatch_lag_engine_s = lag,
+            "measured requests done"
+        );
         let _ = stop.send(true);
         let peaks = scraper.await.unwrap_or_default();
         let after = self.counters().await?;

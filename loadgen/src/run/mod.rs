@@ -11,7 +11,7 @@ pub mod sim;
 pub mod sim_cluster;
 pub mod sse;
 
-pub use live::{LiveError, LiveRunner, LiveTarget, ReplicaEndpoint, RunDescription};
+pub use live::{LiveError, LiveRunner, LiveTarget, PhaseProgress, ReplicaEndpoint, RunDescription};
 pub use local::{LocalOptions, LocalStack};
 pub use sim::{PartialRun, SimOptions, simulate_matrix, simulate_phase};
 pub use sim_cluster::{Arrival, SimCluster, SimError, Target};
