@@ -44,16 +44,19 @@ pub fn fresh_request_id() -> HeaderValue {
     rand::rng().fill_bytes(&mut bytes);
     bytes[6] = (bytes[6] & 0x0f) | 0x40;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let text = format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    );
-    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = [0u8; 36];
+    let mut at = 0;
+    for (i, byte) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text[at] = b'-';
+            at += 1;
+        }
+        text[at] = HEX[usize::from(byte >> 4)];
+        text[at + 1] = HEX[usize::from(byte & 0x0f)];
+        at += 2;
+    }
+    HeaderValue::from_bytes(&text).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
 }
 
 fn is_hop_by_hop(name: &HeaderName) -> bool {
@@ -146,6 +149,9 @@ mod tests {
         let text = a.to_str().unwrap();
         assert_eq!(text.len(), 36);
         assert_eq!(&text[14..15], "4");
+        let groups: Vec<usize> = text.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12]);
+        assert!(text.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
     }
 
     #[test]
