@@ -89,6 +89,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/ready", get(ready))
         .fallback(unknown_path)
+        .method_not_allowed_fallback(unknown_path)
         .with_state(state)
 }
 
@@ -260,6 +261,9 @@ mod tests {
             assert_eq!(got, status, "{body}: {text}");
             assert!(text.contains(code), "{body}: {text}");
         }
+        let (got, text) = call(app(state.clone()), "GET", chat, "").await;
+        assert_eq!(got, StatusCode::NOT_FOUND, "wrong method: {text}");
+        assert!(text.contains("GET /v1/chat/completions"), "{text}");
         let big = format!(r#"{{"model":"m","prompt":"{}"}}"#, "x".repeat(2000));
         let (got, text) = call(app(state.clone()), "POST", "/v1/completions", &big).await;
         assert_eq!(got, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
