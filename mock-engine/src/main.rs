@@ -19,7 +19,7 @@ use mock_engine::server::{FailurePlan, FailureSpec, ReplicaConfig, spawn_replica
 /// Simulated vLLM 0.11 replicas: the OpenAI HTTP API, /metrics and prefix caching over a
 /// clocked engine model, with failure injection for testing gateways.
 #[derive(Debug, Parser)]
-#[command(name = "mock-engine", version, about, long_about = None, after_help = AFTER_HELP)]
+#[command(name = "mock-engine", version, after_help = AFTER_HELP)]
 struct Cli {
     /// Address of one replica (repeat for several). Port 0 picks a free port. Default, when
     /// neither --listen nor --replicas is given: one replica on 127.0.0.1:8000.
