@@ -205,6 +205,16 @@ impl GatewayHandle {
         self.outstanding().iter().map(|(_, n)| n).sum()
     }
 
+    /// Each replica's name and its last engine scrape (`None` until one succeeds).
+    pub fn engine_stats(&self) -> Vec<(String, Option<router_core::EngineStats>)> {
+        self.state
+            .replicas
+            .snapshot()
+            .iter()
+            .map(|r| (r.name().to_owned(), r.load().engine_stats()))
+            .collect()
+    }
+
     /// Each replica's name, `host:port` and readiness.
     pub fn replicas(&self) -> Vec<(String, String, bool)> {
         self.state

@@ -4,7 +4,7 @@
 
 use prefixgate_tests::{
     Client, FakeUpstream, MOCK_MODEL, MODEL, chat_body, chat_body_for, mock_gateway_config,
-    sample_value, start_gateway, wait_outstanding_zero,
+    sample_value, start_gateway, wait_outstanding_zero, wait_until,
 };
 
 #[tokio::test]
@@ -348,6 +348,14 @@ async fn mock_engines_serve_streams_through_every_policy() {
     assert_eq!(whole.status, 200);
     assert_eq!(whole.json()["object"], "chat.completion");
     wait_outstanding_zero(&gateway).await;
+    // The engine scrape fills the load view from each replica's vllm:* gauges.
+    wait_until("engine stats from every replica", || {
+        gateway
+            .engine_stats()
+            .iter()
+            .all(|(_, stats)| stats.is_some())
+    })
+    .await;
     gateway.shutdown().await;
 }
 
