@@ -177,6 +177,7 @@ async fn run(cli: Cli) -> Result<()> {
         health_fail_for: cli.fail_health_for,
     };
 
+    let signals = StopSignals::install()?;
     let mut handles = Vec::new();
     for (name, listen) in cli.replicas()? {
         let config = ReplicaConfig {
@@ -201,7 +202,7 @@ async fn run(cli: Cli) -> Result<()> {
         println!("{} {}", handle.name(), handle.url());
     }
 
-    wait_for_signal().await?;
+    signals.wait().await?;
     tracing::info!("signal received, stopping");
     for handle in handles {
         handle.shutdown().await;
@@ -209,22 +210,44 @@ async fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-/// Waits for SIGINT (Ctrl-C) or SIGTERM.
-async fn wait_for_signal() -> Result<()> {
+/// SIGINT and SIGTERM handlers, installed before any replica is announced so that a signal
+/// sent right after the `NAME URL` lines still stops the process cleanly.
+struct StopSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-        tokio::select! {
-            ctrl_c = tokio::signal::ctrl_c() => ctrl_c.context("waiting for SIGINT")?,
-            _ = term.recv() => {}
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<StopSignals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(StopSignals {
+                interrupt: signal(SignalKind::interrupt())
+                    .context("installing the SIGINT handler")?,
+                terminate: signal(SignalKind::terminate())
+                    .context("installing the SIGTERM handler")?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(StopSignals {})
     }
-    #[cfg(not(unix))]
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
-    Ok(())
+
+    /// Waits for SIGINT (Ctrl-C) or SIGTERM.
+    async fn wait(mut self) -> Result<()> {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
+        tokio::signal::ctrl_c()
+            .await
+            .context("waiting for Ctrl-C")?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
