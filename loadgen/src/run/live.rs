@@ -8,36 +8,25 @@
 //! never delays the next send. Times are engine seconds (wall × time scale) on a phase clock.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::live_request::{HttpClient, PhaseClock, chat_body, get_text, stream_request};
-use super::prom_text::{Scrape, routing_deltas};
+use super::live_request::{HttpClient, PhaseClock, chat_body, stream_request};
+use super::live_scrape::{engine_counters, gateway_scrape, scrape_peaks};
+use super::progress::PhaseProgress;
+use super::prom_text::routing_deltas;
 use super::setup::{HotSetup, PRIMING_MAX_TOKENS, Setup, phase_config};
 use crate::measure::{
-    EngineCounters, MatrixResult, Peaks, PhaseOutcome, PhaseResult, ReplicaObservation,
-    RequestRecord, Slo, is_good, summarize,
+    MatrixResult, PhaseOutcome, PhaseResult, ReplicaObservation, RequestRecord, Slo, is_good,
+    summarize,
 };
 use crate::workload::{
     Matrix, PhaseSpec, Priming, choose_hot_families, family_owners, initial_owners, plan_requests,
 };
-
-/// Wall-time bound on one scrape.
-const SCRAPE_LIMIT: Duration = Duration::from_secs(5);
-
-/// Engine seconds between gauge scrapes (the seed harness's 250 ms).
-const SCRAPE_PERIOD: f64 = 0.25;
-
-/// Shortest wall time between scrapes, so a high time scale cannot turn scraping into a
-/// busy loop.
-const MIN_SCRAPE_WALL: Duration = Duration::from_millis(20);
-
-/// Bound on scrapes per phase (hours at the shortest period); the stop signal ends it first.
-const MAX_SCRAPES: u64 = 1_000_000;
 
 /// One replica as the live runner sees it.
 #[derive(Debug, Clone)]
@@ -103,42 +92,6 @@ pub enum LiveError {
     NoBalancedSetup(u32),
 }
 
-/// Counts of the phase in progress, updated as requests go out and finish, for a progress
-/// display (`loadgen matrix` on a terminal).
-#[derive(Debug, Default)]
-pub struct PhaseProgress {
-    phase: Mutex<String>,
-    pub planned: AtomicUsize,
-    pub sent: AtomicUsize,
-    pub done: AtomicUsize,
-    pub good: AtomicUsize,
-}
-
-impl PhaseProgress {
-    fn start(&self, phase: &str, planned: usize) {
-        if let Ok(mut name) = self.phase.lock() {
-            phase.clone_into(&mut name);
-        }
-        self.planned.store(planned, Ordering::Relaxed);
-        for counter in [&self.sent, &self.done, &self.good] {
-            counter.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// One line: phase, requests sent and done, in flight, good so far.
-    pub fn line(&self) -> String {
-        let name = self.phase.lock().map(|n| n.clone()).unwrap_or_default();
-        let sent = self.sent.load(Ordering::Relaxed);
-        let done = self.done.load(Ordering::Relaxed);
-        format!(
-            "{name}: sent {sent}/{}, done {done}, in flight {}, good {}",
-            self.planned.load(Ordering::Relaxed),
-            sent.saturating_sub(done),
-            self.good.load(Ordering::Relaxed)
-        )
-    }
-}
-
 /// Runs phases against one target.
 #[derive(Debug)]
 pub struct LiveRunner {
@@ -191,8 +144,11 @@ impl LiveRunner {
             })
             .collect();
 
-        let before = self.counters().await?;
-        let gateway_before = self.gateway_scrape().await;
+        let before = engine_counters(&self.client, &self.target.replicas)
+            .await
+            .map_err(LiveError::Scrape)?;
+        let gateway_before =
+            gateway_scrape(&self.client, self.target.gateway_metrics.as_deref()).await;
         let (stop, stopped) = watch::channel(false);
         let scraper = tokio::spawn(scrape_peaks(
             self.client.clone(),
@@ -249,8 +205,11 @@ impl LiveRunner {
         );
         let _ = stop.send(true);
         let peaks = scraper.await.unwrap_or_default();
-        let after = self.counters().await?;
-        let gateway_after = self.gateway_scrape().await;
+        let after = engine_counters(&self.client, &self.target.replicas)
+            .await
+            .map_err(LiveError::Scrape)?;
+        let gateway_after =
+            gateway_scrape(&self.client, self.target.gateway_metrics.as_deref()).await;
 
         let replicas = self
             .target
@@ -426,63 +385,6 @@ impl LiveRunner {
             }
         }
     }
-
-    /// Every replica's engine counters now.
-    async fn counters(&self) -> Result<Vec<EngineCounters>, LiveError> {
-        let mut out = Vec::with_capacity(self.target.replicas.len());
-        for r in &self.target.replicas {
-            let url = format!("{}/metrics", r.base);
-            let text = get_text(&self.client, &url, SCRAPE_LIMIT)
-                .await
-                .map_err(LiveError::Scrape)?;
-            let s = Scrape::parse(&text);
-            out.push(EngineCounters {
-                completed: s.sum("vllm:request_success_total"),
-                queries: s.sum("vllm:prefix_cache_queries_total"),
-                hits: s.sum("vllm:prefix_cache_hits_total"),
-                preemptions: s.sum("vllm:num_preemptions_total"),
-            });
-        }
-        Ok(out)
-    }
-
-    async fn gateway_scrape(&self) -> Option<Scrape> {
-        let url = self.target.gateway_metrics.as_deref()?;
-        let text = get_text(&self.client, url, SCRAPE_LIMIT).await.ok()?;
-        Some(Scrape::parse(&text))
-    }
-}
-
-/// Scrapes every replica's gauges every [`SCRAPE_PERIOD`] engine seconds until told to stop.
-async fn scrape_peaks(
-    client: HttpClient,
-    replicas: Vec<ReplicaEndpoint>,
-    time_scale: f64,
-    mut stop: watch::Receiver<bool>,
-) -> Vec<Peaks> {
-    let mut peaks = vec![Peaks::default(); replicas.len()];
-    let period = Duration::from_secs_f64(SCRAPE_PERIOD / time_scale).max(MIN_SCRAPE_WALL);
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    for _ in 0..MAX_SCRAPES {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => return peaks,
-        }
-        for (p, r) in peaks.iter_mut().zip(&replicas) {
-            let url = format!("{}/metrics", r.base);
-            // A missed scrape only lowers the peak's resolution; the phase goes on.
-            if let Ok(text) = get_text(&client, &url, SCRAPE_LIMIT).await {
-                let s = Scrape::parse(&text);
-                p.observe(
-                    s.sum("vllm:num_requests_waiting"),
-                    s.sum("vllm:num_requests_running"),
-                    s.sum("vllm:kv_cache_usage_perc"),
-                );
-            }
-        }
-    }
-    peaks
 }
 
 #[cfg(test)]

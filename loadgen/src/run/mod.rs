@@ -4,14 +4,17 @@
 
 pub mod live;
 pub mod live_request;
+pub mod live_scrape;
 pub mod local;
+pub mod progress;
 pub mod prom_text;
 pub mod setup;
 pub mod sim;
 pub mod sim_cluster;
 pub mod sse;
 
-pub use live::{LiveError, LiveRunner, LiveTarget, PhaseProgress, ReplicaEndpoint, RunDescription};
+pub use live::{LiveError, LiveRunner, LiveTarget, ReplicaEndpoint, RunDescription};
 pub use local::{LocalOptions, LocalStack};
+pub use progress::PhaseProgress;
 pub use sim::{PartialRun, SimOptions, simulate_matrix, simulate_phase};
 pub use sim_cluster::{Arrival, SimCluster, SimError, Target};

@@ -14,7 +14,7 @@ use mock_engine::model::EngineProfile;
 use router_core::{Router, RouterConfig};
 
 use super::setup::{HotSetup, PRIMING_MAX_TOKENS, Setup, phase_config};
-use super::sim_cluster::{Arrival, SimCluster, SimError, Target};
+use super::sim_cluster::{Arrival, Served, SimCluster, SimError, Target};
 use crate::measure::{
     MatrixResult, Peaks, PhaseOutcome, PhaseResult, ReplicaObservation, RoutingTally, Slo,
     summarize,
@@ -87,7 +87,7 @@ pub fn simulate_matrix(
     let mut clock = 0.0;
     let mut failure = None;
     if options.replicas == 0 || options.replicas > 256 {
-        failure = Some(SimError::Profile(format!(
+        failure = Some(SimError::Config(format!(
             "--replicas must be 1..=256, got {}",
             options.replicas
         )));
@@ -137,7 +137,7 @@ pub fn simulate_phase(
     clock_origin: f64,
 ) -> Result<PhaseResult, SimError> {
     let router = Router::new(options.router.clone())
-        .map_err(|e| SimError::Profile(format!("router configuration: {e}")))?;
+        .map_err(|e| SimError::Config(format!("router configuration: {e}")))?;
     let rng = rng_for(phase.seed, &[&phase.name, "routing"]);
     let mut cluster = SimCluster::new(
         options.replica_names(),
@@ -195,6 +195,16 @@ pub fn simulate_phase(
     Ok(summarize(&outcome, &options.slo))
 }
 
+/// Sends one priming request and runs it to completion; it must succeed.
+fn prime_one(cluster: &mut SimCluster, text: String, target: Target) -> Result<Served, SimError> {
+    let served = cluster.run_one(text, PRIMING_MAX_TOKENS, target)?;
+    if served.record.succeeded() {
+        Ok(served)
+    } else {
+        Err(SimError::Priming(served.record.status))
+    }
+}
+
 /// Primes the caches as SPEC §5.1 says, one request at a time, each run to completion.
 fn prime(cluster: &mut SimCluster, phase: &PhaseSpec) -> Result<Setup, SimError> {
     let families = phase.shape.families;
@@ -208,14 +218,13 @@ fn prime(cluster: &mut SimCluster, phase: &PhaseSpec) -> Result<Setup, SimError>
             for (f, prefix) in prefixes.iter().enumerate() {
                 for engine in 0..cluster.names().len() {
                     let text = phase.priming_prompt(prefix, &format!("warm-direct-{engine}"), f);
-                    cluster.run_one(text, PRIMING_MAX_TOKENS, Target::Direct(engine))?;
+                    prime_one(cluster, text, Target::Direct(engine))?;
                 }
             }
             let mut owners = BTreeMap::new();
             for (f, prefix) in prefixes.iter().enumerate() {
                 let text = phase.priming_prompt(prefix, "warm-routed", f);
-                let served =
-                    cluster.run_one(text, PRIMING_MAX_TOKENS, Target::Routed(phase.route))?;
+                let served = prime_one(cluster, text, Target::Routed(phase.route))?;
                 if let Some(pod) = served.record.target_pod {
                     owners.insert(f.to_string(), vec![pod]);
                 }
@@ -234,8 +243,7 @@ fn prime(cluster: &mut SimCluster, phase: &PhaseSpec) -> Result<Setup, SimError>
                 let mut owners = Vec::with_capacity(candidates);
                 for (c, prefix) in prefixes.iter().enumerate() {
                     let text = phase.priming_prompt(prefix, &format!("hot-{attempt}"), c);
-                    let served =
-                        cluster.run_one(text, PRIMING_MAX_TOKENS, Target::Routed(phase.route))?;
+                    let served = prime_one(cluster, text, Target::Routed(phase.route))?;
                     owners.push(served.record.target_pod.unwrap_or_default());
                 }
                 let names = cluster.names().to_vec();

@@ -70,8 +70,10 @@ pub enum SimError {
     Runaway(&'static str),
     #[error("no balanced family choice after {0} setup attempts")]
     NoBalancedSetup(u32),
-    #[error("engine profile: {0}")]
-    Profile(String),
+    #[error("simulation settings: {0}")]
+    Config(String),
+    #[error("priming request failed (status {0:?}); the phase cannot be set up")]
+    Priming(Option<u16>),
 }
 
 struct InFlight {

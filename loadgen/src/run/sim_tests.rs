@@ -146,3 +146,19 @@ fn replica_names_follow_the_seed() {
     o.replica_prefix = "mock-".into();
     assert_eq!(o.replica_names(), vec!["mock-A", "mock-B", "mock-C"]);
 }
+
+#[test]
+fn refused_requests_are_errors_and_refused_priming_stops_the_phase() {
+    let mut options = options();
+    // Prompts of ~5040 tokens cannot fit: the engine refuses them as vLLM does (400).
+    options.profile.max_model_len = 1000;
+    let phases = reduced(4).phases();
+    let cold = simulate_phase(&phases[0], &options, 0.0).unwrap();
+    assert_eq!(
+        (cold.requests, cold.success, cold.errors, cold.good),
+        (4, 0, 4, 0)
+    );
+    assert_eq!(cold.ttft.p50, None);
+    let err = simulate_phase(&phases[3], &options, 0.0).unwrap_err();
+    assert!(matches!(err, SimError::Priming(Some(400))), "{err}");
+}
