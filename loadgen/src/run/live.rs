@@ -25,7 +25,8 @@ use crate::measure::{
     summarize,
 };
 use crate::workload::{
-    Matrix, PhaseSpec, Priming, choose_hot_families, family_owners, initial_owners, plan_requests,
+    Matrix, PhaseSpec, Priming, candidate_count, choose_hot_families, family_owners,
+    initial_owners, plan_requests,
 };
 
 /// One replica as the live runner sees it.
@@ -352,7 +353,8 @@ impl LiveRunner {
                 })
             }
             Priming::Hot => {
-                let candidates = phase.shape.priming_candidates;
+                let candidates =
+                    candidate_count(phase.shape.priming_candidates, self.target.replicas.len());
                 let names = self.names();
                 for attempt in 0..phase.shape.max_setup_attempts {
                     let prefixes: Vec<String> =

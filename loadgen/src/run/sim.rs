@@ -21,7 +21,8 @@ use crate::measure::{
 };
 use crate::workload::seeding::rng_for;
 use crate::workload::{
-    Matrix, PhaseSpec, Priming, choose_hot_families, family_owners, initial_owners, plan_requests,
+    Matrix, PhaseSpec, Priming, candidate_count, choose_hot_families, family_owners,
+    initial_owners, plan_requests,
 };
 
 /// Virtual seconds between two phases (the live harness's pause; keeps timelines readable).
@@ -236,7 +237,7 @@ fn prime(cluster: &mut SimCluster, phase: &PhaseSpec) -> Result<Setup, SimError>
             })
         }
         Priming::Hot => {
-            let candidates = phase.shape.priming_candidates;
+            let candidates = candidate_count(phase.shape.priming_candidates, cluster.names().len());
             for attempt in 0..phase.shape.max_setup_attempts {
                 let prefixes: Vec<String> =
                     (0..candidates).map(|c| phase.prefix(attempt, c)).collect();

@@ -11,7 +11,9 @@ pub mod schedule;
 pub mod seeding;
 
 pub use matrix::{Matrix, MatrixError, PhaseSpec, Priming, WorkloadShape};
-pub use priming::{HotAssignment, choose_hot_families, family_owners, initial_owners};
+pub use priming::{
+    HotAssignment, candidate_count, choose_hot_families, family_owners, initial_owners,
+};
 pub use schedule::{PlannedRequest, family_counts, plan_requests};
 
 impl PhaseSpec {

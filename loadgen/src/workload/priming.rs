@@ -63,6 +63,14 @@ pub fn choose_hot_families(
     })
 }
 
+/// How many candidates to prime for `replicas` replicas: the configured number (the seed's 16
+/// for 2 replicas) times `replicas / 2`. With more replicas each one's share of 16 random
+/// owners gets too likely to fall short (with 8 replicas some replica owns none of 16
+/// candidates 94 % of the time); scaling keeps a balanced choice likely at the first attempt.
+pub fn candidate_count(configured: usize, replicas: usize) -> usize {
+    configured * (replicas / 2).max(1)
+}
+
 /// The seed's `initial_owners`: replica → the candidates it owns, ascending; every replica is
 /// listed, owning nothing or not.
 pub fn initial_owners(owners: &[String], replicas: &[String]) -> BTreeMap<String, Vec<usize>> {
@@ -108,6 +116,15 @@ mod tests {
         let init = initial_owners(&owners, &replicas);
         assert_eq!(init["L20-B"], b.to_vec());
         assert_eq!(init["L20-A"].len(), 11);
+    }
+
+    #[test]
+    fn candidates_scale_with_replicas_beyond_two() {
+        assert_eq!(candidate_count(16, 1), 16);
+        assert_eq!(candidate_count(16, 2), 16);
+        assert_eq!(candidate_count(16, 3), 16);
+        assert_eq!(candidate_count(16, 4), 32);
+        assert_eq!(candidate_count(16, 8), 64);
     }
 
     #[test]
