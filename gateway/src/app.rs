@@ -62,6 +62,7 @@ impl Default for Clock {
 /// Everything the handlers share.
 #[derive(Debug)]
 pub struct AppState {
+    pub admission: crate::admit::Admission,
     pub router: router_core::Router,
     pub replicas: Arc<Replicas>,
     pub metrics: Metrics,
@@ -101,7 +102,10 @@ pub fn metrics_app(state: Arc<AppState>) -> Router {
 }
 
 /// The union of the models the replicas serve, in OpenAI's list shape.
-async fn models(State(state): State<Arc<AppState>>) -> Response {
+async fn models(State(state): State<Arc<AppState>>, headers: http::HeaderMap) -> Response {
+    if let Err(error) = state.admission.authenticate(&headers) {
+        return error.into_response();
+    }
     let data: Vec<serde_json::Value> = state
         .replicas
         .models()
@@ -167,6 +171,7 @@ mod tests {
 
     fn state(replicas: Vec<Arc<Replica>>) -> Arc<AppState> {
         Arc::new(AppState {
+            admission: crate::admit::Admission::new(Default::default()).unwrap(),
             router: router_core::Router::new(router_core::RouterConfig::default()).unwrap(),
             replicas: Arc::new(Replicas::new(replicas)),
             metrics: Metrics::new().unwrap(),

@@ -70,6 +70,25 @@ pub struct Cli {
     /// Do not scrape replicas' /metrics into the load view.
     #[arg(long)]
     pub no_engine_scrape: bool,
+    /// Accepted API key for `authorization: Bearer KEY` (repeatable, or comma-separated in
+    /// PREFIXGATE_API_KEYS; replaces the file's list). Without keys, no authentication.
+    #[arg(
+        long = "api-key",
+        value_name = "KEY",
+        env = "PREFIXGATE_API_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<String>,
+    /// Requests in flight through the gateway at most, then 429 (0: no cap) [default: 0].
+    #[arg(long, value_name = "N")]
+    pub max_in_flight: Option<usize>,
+    /// Request header naming the tenant [default: x-tenant].
+    #[arg(long, value_name = "NAME")]
+    pub tenant_header: Option<String>,
+    /// Requests in flight per tenant at most, then 429 (0: no cap) [default: 0].
+    #[arg(long, value_name = "N")]
+    pub tenant_max_in_flight: Option<usize>,
     /// Prefix block size in bytes of the tokenizer's stream [default: 128].
     #[arg(long, value_name = "BYTES")]
     pub block_size: Option<usize>,
@@ -135,6 +154,15 @@ impl Cli {
         if self.no_engine_scrape {
             config.engine_scrape.enabled = false;
         }
+        if !self.api_keys.is_empty() {
+            config.admission.api_keys = self.api_keys.clone();
+        }
+        set(&mut config.admission.max_in_flight, &self.max_in_flight);
+        set(&mut config.admission.tenant_header, &self.tenant_header);
+        set(
+            &mut config.admission.tenant_max_in_flight,
+            &self.tenant_max_in_flight,
+        );
         set(&mut config.routing.block_size, &self.block_size);
         set(&mut config.routing.hash_seed, &self.hash_seed);
         set(&mut config.routing.block_capacity, &self.block_capacity);

@@ -13,6 +13,8 @@ use std::time::Duration;
 use router_core::{RouterConfig, Strategy};
 use serde::Deserialize;
 
+use crate::admit::{Admission, AdmissionConfig};
+
 /// A configuration that cannot be used; the message names the key or file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigFileError {
@@ -51,6 +53,7 @@ pub struct GatewayConfig {
     pub health: HealthConfig,
     pub engine_scrape: ScrapeConfig,
     pub embedded: EmbeddedConfig,
+    pub admission: AdmissionConfig,
     /// Static replicas.
     pub backends: Vec<BackendConfig>,
     /// Prefix index and policy settings (router-core's `RouterConfig`).
@@ -69,6 +72,7 @@ impl Default for GatewayConfig {
             health: HealthConfig::default(),
             engine_scrape: ScrapeConfig::default(),
             embedded: EmbeddedConfig::default(),
+            admission: AdmissionConfig::default(),
             backends: Vec::new(),
             routing: RouterConfig::default(),
         }
@@ -261,6 +265,8 @@ impl GatewayConfig {
                 "must be > 0",
             ));
         }
+        Admission::new(self.admission.clone())
+            .map_err(|reason| invalid("admission", String::new(), &reason))?;
         let mut names = std::collections::HashSet::new();
         for (i, backend) in self.backends.iter().enumerate() {
             if backend.name.is_empty() {
@@ -324,7 +330,7 @@ mod tests {
         config.validate().unwrap();
         assert_eq!(config, GatewayConfig::default());
         // Every commented-out example parses too, so the file never documents a wrong key.
-        let is_example = |l: &&str| l.starts_with("[[") || l.split_whitespace().nth(1) == Some("=");
+        let is_example = |l: &&str| l.starts_with('[') || l.split_whitespace().nth(1) == Some("=");
         let uncommented: String = text
             .lines()
             .map(|line| line.strip_prefix("# ").filter(is_example).unwrap_or(line))
@@ -333,6 +339,7 @@ mod tests {
         let config = GatewayConfig::from_toml_str(&uncommented).unwrap();
         assert_eq!(config.backends.len(), 2);
         assert!(config.routing.hf_tokenizer_path.is_some());
+        assert_eq!(config.admission.tenants["B"].max_in_flight, 2);
     }
 
     #[test]

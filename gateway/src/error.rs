@@ -47,6 +47,18 @@ pub enum GatewayError {
     /// No route for this method and path.
     #[error("unknown request path {0}")]
     UnknownPath(String),
+    /// API keys are configured and the request carries none of them.
+    #[error("invalid or missing API key")]
+    Unauthorized,
+    /// Over the global or the tenant's in-flight cap.
+    #[error("rate limit exceeded: {message}")]
+    RateLimited {
+        message: String,
+        retry_after_secs: u64,
+    },
+    /// A request header routing or admission reads has an unusable value.
+    #[error("header {header}: {reason}")]
+    BadHeader { header: String, reason: String },
     /// The gateway is shutting down.
     #[error("the gateway is shutting down")]
     ShuttingDown,
@@ -66,7 +78,10 @@ impl GatewayError {
         match self {
             GatewayError::Body(_)
             | GatewayError::BodyRead(_)
-            | GatewayError::UnknownStrategy(_) => StatusCode::BAD_REQUEST,
+            | GatewayError::UnknownStrategy(_)
+            | GatewayError::BadHeader { .. } => StatusCode::BAD_REQUEST,
+            GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
+            GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             GatewayError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::UnknownModel(_) | GatewayError::UnknownPath(_) => StatusCode::NOT_FOUND,
             GatewayError::NoReadyReplica(_)
@@ -85,7 +100,10 @@ impl GatewayError {
             | GatewayError::BodyTooLarge { .. }
             | GatewayError::UnknownModel(_)
             | GatewayError::UnknownStrategy(_)
-            | GatewayError::UnknownPath(_) => Blame::Client,
+            | GatewayError::UnknownPath(_)
+            | GatewayError::Unauthorized
+            | GatewayError::RateLimited { .. }
+            | GatewayError::BadHeader { .. } => Blame::Client,
             GatewayError::UpstreamUnavailable { .. } | GatewayError::UpstreamTimeout { .. } => {
                 Blame::Upstream
             }
@@ -111,6 +129,9 @@ impl GatewayError {
             GatewayError::UpstreamUnavailable { .. } => "upstream_unavailable",
             GatewayError::UpstreamTimeout { .. } => "upstream_timeout",
             GatewayError::UnknownPath(_) => "unknown_path",
+            GatewayError::Unauthorized => "invalid_api_key",
+            GatewayError::RateLimited { .. } => "rate_limit_exceeded",
+            GatewayError::BadHeader { .. } => "invalid_header",
         }
     }
 
@@ -162,6 +183,15 @@ fn error_type(status: StatusCode) -> &'static str {
 impl IntoResponse for GatewayError {
     fn into_response(self) -> Response {
         let mut response = (self.status(), axum::Json(self.body())).into_response();
+        if let GatewayError::RateLimited {
+            retry_after_secs, ..
+        } = &self
+        {
+            response.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                HeaderValue::from(*retry_after_secs),
+            );
+        }
         if matches!(
             self,
             GatewayError::UnknownStrategy(_) | GatewayError::Routing(_)
@@ -228,6 +258,15 @@ mod tests {
                 },
                 504,
                 "api_error",
+            ),
+            (GatewayError::Unauthorized, 401, "authentication_error"),
+            (
+                GatewayError::RateLimited {
+                    message: "m".into(),
+                    retry_after_secs: 1,
+                },
+                429,
+                "rate_limit_error",
             ),
         ];
         for (error, status, kind) in cases {

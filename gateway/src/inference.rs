@@ -1,5 +1,5 @@
 //! The request path of the OpenAI inference endpoints, step by step:
-//! read and parse the body ([`crate::parse`]) → choose a strategy and a replica
+//! admit ([`crate::admit`]) → read and parse the body ([`crate::parse`]) → choose a strategy and a replica
 //! ([`crate::pick`]) → forward with retries ([`crate::proxy`]) → answer with the replica's
 //! status and headers plus prefixgate's routing headers ([`crate::headers`]) and a body that
 //! releases the pod when it ends ([`crate::release`]).
@@ -55,6 +55,7 @@ async fn serve(
     request_id: &HeaderValue,
     model: &mut String,
 ) -> Result<Response, GatewayError> {
+    let permit = state.admission.admit(&parts.headers, &state.metrics)?;
     let bytes = parse::read_body(&parts.headers, body, state.settings.max_body_bytes).await?;
     let fields = parse::fields(endpoint, &bytes)?;
     model.clone_from(&fields.model);
@@ -85,7 +86,8 @@ async fn serve(
             pod,
             sent_at,
         },
-    );
+    )
+    .with_permit(permit);
     let mut response = Response::new(Body::new(body));
     *response.status_mut() = upstream.status;
     headers::copy_response_headers(&upstream.headers, response.headers_mut());

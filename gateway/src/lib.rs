@@ -1,13 +1,16 @@
 //! prefixgate's gateway: the serving path from an OpenAI request to a vLLM replica.
 //!
-//! The request path, one module per step (DESIGN.md): [`parse`] the body just enough to
-//! route → [`pick`] a replica through router-core → [`proxy`] the bytes upstream with bounded
-//! retries → stream the answer back in a [`release`] body that holds the pod's outstanding
-//! guard; [`inference`] ties the steps together, [`headers`] and [`error`] shape what the
-//! client sees, [`metrics`] records it. Around the path: [`replicas`] (static, embedded,
-//! health, engine scrape), [`config`] and [`cli`], [`app`] (the routers as functions of their
-//! state), [`listener`] (the accept loop), [`server`] (listeners, background tasks and graceful shutdown, behind [`start`]).
+//! The request path, one module per step (DESIGN.md): [`admit`] (API keys, in-flight caps)
+//! → [`parse`] the body just enough to route → [`pick`] a replica through router-core →
+//! [`proxy`] the bytes upstream with bounded retries → stream the answer back in a
+//! [`release`] body that holds the pod's outstanding guard and the admission permit;
+//! [`inference`] ties the steps together, [`headers`] and [`error`] shape what the client
+//! sees, [`metrics`] records it. Around the path: [`replicas`] (static, embedded, health,
+//! engine scrape), [`config`] and [`cli`], [`app`] (the routers as functions of their
+//! state), [`listener`] (the accept loop), [`server`] (listeners, background tasks and
+//! graceful shutdown, behind [`start`]).
 
+pub mod admit;
 pub mod app;
 pub mod cli;
 pub mod config;

@@ -37,6 +37,7 @@ pub struct Metrics {
     retries: IntCounterVec,
     ejections: IntCounterVec,
     readmissions: IntCounterVec,
+    admission_rejections: IntCounterVec,
 }
 
 /// A metric could not be registered (a name clash: a programming error caught by tests).
@@ -153,6 +154,14 @@ impl Metrics {
             ),
             &["pod"],
         )?;
+        let admission_rejections = IntCounterVec::new(
+            Opts::new(
+                "prefixgate_admission_rejections_total",
+                "Requests refused by admission, by reason",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(admission_rejections.clone()))?;
         registry.register(Box::new(decisions.clone()))?;
         registry.register(Box::new(selections.clone()))?;
         registry.register(Box::new(routing_errors.clone()))?;
@@ -185,6 +194,7 @@ impl Metrics {
             retries,
             ejections,
             readmissions,
+            admission_rejections,
         })
     }
 
@@ -245,6 +255,12 @@ impl Metrics {
 
     pub fn record_ejection(&self, pod: &str) {
         self.ejections.with_label_values(&[pod]).inc();
+    }
+
+    /// Counts a request refused by admission (`unauthorized`, `global_in_flight`,
+    /// `tenant_in_flight`).
+    pub fn record_admission_rejection(&self, reason: &str) {
+        self.admission_rejections.with_label_values(&[reason]).inc();
     }
 
     pub fn record_readmission(&self, pod: &str) {

@@ -22,6 +22,7 @@ use http_body::{Body, Frame, SizeHint};
 use router_core::OutstandingGuard;
 use tokio::time::{Instant, Sleep};
 
+use crate::admit::AdmissionPermit;
 use crate::error::openai_error;
 use crate::metrics::Metrics;
 
@@ -56,6 +57,8 @@ enum Phase {
 pub struct GuardedBody<B> {
     inner: B,
     guard: Option<OutstandingGuard>,
+    /// The request's place under the admission caps, given back with the guard.
+    permit: Option<AdmissionPermit>,
     phase: Phase,
     sse: bool,
     idle: Duration,
@@ -81,6 +84,7 @@ impl<B> GuardedBody<B> {
         GuardedBody {
             inner,
             guard: Some(guard),
+            permit: None,
             phase: Phase::Streaming,
             sse,
             idle,
@@ -92,9 +96,16 @@ impl<B> GuardedBody<B> {
         }
     }
 
-    /// Releases the guard and records the total time, once.
+    /// Holds `permit` until the body ends, like the outstanding guard.
+    pub fn with_permit(mut self, permit: AdmissionPermit) -> Self {
+        self.permit = Some(permit);
+        self
+    }
+
+    /// Releases the guard and the permit and records the total time, once.
     fn finish(&mut self) {
         self.guard = None;
+        self.permit = None;
         if let Some(completion) = self.completion.take() {
             completion
                 .metrics

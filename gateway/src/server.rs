@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::admit::Admission;
 use crate::app::{AppState, Clock, RequestSettings, app, metrics_app};
 use crate::config::{ConfigFileError, GatewayConfig};
 use crate::listener;
@@ -33,6 +34,8 @@ pub enum StartError {
     Routing(#[from] router_core::ConfigError),
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    #[error("invalid admission settings: {0}")]
+    Admission(String),
     #[error("cannot start embedded replicas: {0}")]
     Embedded(String),
     #[error("invalid backend: {0}")]
@@ -68,6 +71,7 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     let default_strategy = config.default_strategy()?;
     let router = router_core::Router::new(config.routing.clone())?;
     let metrics = Metrics::new()?;
+    let admission = Admission::new(config.admission.clone()).map_err(StartError::Admission)?;
 
     let (mut replicas, embedded) = embedded::spawn(&config.embedded)
         .await
@@ -91,6 +95,7 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     health::probe_all(&client, &replicas, &health_settings, &metrics).await;
 
     let state = Arc::new(AppState {
+        admission,
         router,
         replicas: Arc::clone(&replicas),
         metrics: metrics.clone(),

@@ -326,3 +326,103 @@ async fn start_names_an_address_in_use() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn api_keys_and_tenant_caps_are_enforced_until_responses_end() {
+    let a = FakeUpstream::start("a").await;
+    let mut config = gateway_config(vec![a.backend()]);
+    config.admission.api_keys = vec!["k-123".to_owned()];
+    config.admission.tenant_max_in_flight = 1;
+    config.admission.retry_after_secs = 7;
+    let gateway = gateway::start(config).await.unwrap();
+    let client = Client::new();
+    let chat = "/v1/chat/completions";
+
+    let answer = client
+        .post(&gateway, chat, &[], chat_body("x", false))
+        .await;
+    assert_openai_error(&answer, 401, "invalid_api_key");
+    assert_eq!(answer.json()["error"]["type"], "authentication_error");
+    let wrong = [("authorization", "Bearer k-12")];
+    assert_eq!(
+        client
+            .post(&gateway, chat, &wrong, chat_body("x", false))
+            .await
+            .status,
+        401
+    );
+    let models = client
+        .call("GET", &format!("{}/v1/models", gateway.url()), &[], "")
+        .await;
+    assert_eq!(models.status, 401, "the models list needs a key too");
+
+    let key = ("authorization", "Bearer k-123");
+    let held = client
+        .send(
+            "POST",
+            &format!("{}{chat}", gateway.url()),
+            &[
+                ("content-type", "application/json"),
+                key,
+                ("x-tenant", "B"),
+                ("x-fake", "stall:1"),
+            ],
+            chat_body("hold", true),
+        )
+        .await;
+    assert_eq!(held.status(), 200);
+    let answer = client
+        .post(
+            &gateway,
+            chat,
+            &[key, ("x-tenant", "B")],
+            chat_body("x", false),
+        )
+        .await;
+    assert_openai_error(&answer, 429, "rate_limit_exceeded");
+    assert_eq!(answer.header("retry-after"), Some("7"));
+    assert_eq!(answer.json()["error"]["type"], "rate_limit_error");
+    let other = client
+        .post(
+            &gateway,
+            chat,
+            &[key, ("x-tenant", "A")],
+            chat_body("x", false),
+        )
+        .await;
+    assert_eq!(other.status, 200, "another tenant is not affected");
+    assert_eq!(
+        a.requests(),
+        2,
+        "the refused request never reached a replica"
+    );
+
+    // The held stream ends when its client leaves; tenant B is admitted again.
+    drop(held);
+    wait_outstanding_zero(&gateway).await;
+    let again = client
+        .post(
+            &gateway,
+            chat,
+            &[key, ("x-tenant", "B")],
+            chat_body("x", false),
+        )
+        .await;
+    assert_eq!(again.status, 200, "{}", again.text());
+    let metrics = client.metrics(&gateway).await;
+    assert_eq!(
+        sample_value(
+            &metrics,
+            r#"prefixgate_admission_rejections_total{reason="tenant_in_flight"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample_value(
+            &metrics,
+            r#"prefixgate_admission_rejections_total{reason="unauthorized"}"#
+        ),
+        2.0
+    );
+    gateway.shutdown().await;
+}
