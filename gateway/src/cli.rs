@@ -12,10 +12,26 @@ use clap::Parser;
 use crate::config::{BackendConfig, ConfigFileError, GatewayConfig};
 use crate::replicas::static_::parse_backend_flag;
 
+/// Shown after the flags: what `--help` cannot say per flag.
+const AFTER_HELP: &str = "\
+Precedence: defaults < --config FILE < AIBrix environment < flags.
+
+AIBrix environment variables (the [routing] table):
+  AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE          character | tiktoken | hf
+  AIBRIX_PREFIX_CACHE_BLOCK_SIZE              block size in bytes
+  AIBRIX_PREFIX_CACHE_BLOCK_NUMBER            index capacity in blocks
+  AIBRIX_PREFIX_CACHE_EVICTION_INTERVAL_SECONDS
+  AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS
+  AIBRIX_PREFIX_CACHE_HASH_SEED
+  AIBRIX_PREFIX_CACHE_POD_RUNNING_REQUEST_IMBALANCE_ABS_COUNT
+  AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR
+
+Every key of the file, with its flag and variable: config/gateway.example.toml.";
+
 /// prefixgate: an OpenAI-compatible gateway that routes each request to the vLLM replica
 /// that holds its prompt prefix, without overloading it.
 #[derive(Debug, Clone, Default, Parser)]
-#[command(name = "prefixgate", version, about, long_about = None)]
+#[command(name = "prefixgate", version, about, long_about = None, after_help = AFTER_HELP)]
 pub struct Cli {
     /// TOML configuration file (see config/gateway.example.toml).
     #[arg(long, value_name = "FILE")]
@@ -248,6 +264,15 @@ mod tests {
         assert!(error.to_string().contains("default_strategy"), "{error}");
         let error = parse(&["--time-scale", "0"]).resolve(|_| None).unwrap_err();
         assert!(error.to_string().contains("time_scale"), "{error}");
+    }
+
+    #[test]
+    fn help_lists_every_aibrix_variable() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_help().to_string();
+        for name in router_core::config::ENV_NAMES {
+            assert!(help.contains(name), "{name} missing from --help");
+        }
     }
 
     #[test]
