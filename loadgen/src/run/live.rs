@@ -353,8 +353,11 @@ impl LiveRunner {
                 })
             }
             Priming::Hot => {
-                let candidates =
-                    candidate_count(phase.shape.priming_candidates, self.target.replicas.len());
+                let candidates = candidate_count(
+                    phase.shape.priming_candidates,
+                    self.target.replicas.len(),
+                    families,
+                );
                 let names = self.names();
                 for attempt in 0..phase.shape.max_setup_attempts {
                     let prefixes: Vec<String> =

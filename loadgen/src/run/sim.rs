@@ -237,7 +237,11 @@ fn prime(cluster: &mut SimCluster, phase: &PhaseSpec) -> Result<Setup, SimError>
             })
         }
         Priming::Hot => {
-            let candidates = candidate_count(phase.shape.priming_candidates, cluster.names().len());
+            let candidates = candidate_count(
+                phase.shape.priming_candidates,
+                cluster.names().len(),
+                families,
+            );
             for attempt in 0..phase.shape.max_setup_attempts {
                 let prefixes: Vec<String> =
                     (0..candidates).map(|c| phase.prefix(attempt, c)).collect();

@@ -63,12 +63,13 @@ pub fn choose_hot_families(
     })
 }
 
-/// How many candidates to prime for `replicas` replicas: the configured number (the seed's 16
-/// for 2 replicas) times `replicas / 2`. With more replicas each one's share of 16 random
-/// owners gets too likely to fall short (with 8 replicas some replica owns none of 16
-/// candidates 94 % of the time); scaling keeps a balanced choice likely at the first attempt.
-pub fn candidate_count(configured: usize, replicas: usize) -> usize {
-    configured * (replicas / 2).max(1)
+/// How many candidates to prime: the configured number (the seed's 16 for 2 replicas and 8
+/// families) times `replicas / 2` and times `families / 8` (each at least 1). With more
+/// replicas or families, a replica's share of 16 random owners too often falls short of its
+/// quota (with 8 replicas some replica owns none of 16 candidates 94 % of the time); scaling
+/// keeps a balanced choice likely at the first attempt.
+pub fn candidate_count(configured: usize, replicas: usize, families: usize) -> usize {
+    configured * (replicas / 2).max(1) * families.div_ceil(8).max(1)
 }
 
 /// The seed's `initial_owners`: replica → the candidates it owns, ascending; every replica is
@@ -119,12 +120,14 @@ mod tests {
     }
 
     #[test]
-    fn candidates_scale_with_replicas_beyond_two() {
-        assert_eq!(candidate_count(16, 1), 16);
-        assert_eq!(candidate_count(16, 2), 16);
-        assert_eq!(candidate_count(16, 3), 16);
-        assert_eq!(candidate_count(16, 4), 32);
-        assert_eq!(candidate_count(16, 8), 64);
+    fn candidates_scale_with_replicas_and_families() {
+        assert_eq!(candidate_count(16, 1, 8), 16);
+        assert_eq!(candidate_count(16, 2, 8), 16);
+        assert_eq!(candidate_count(16, 3, 8), 16);
+        assert_eq!(candidate_count(16, 4, 8), 32);
+        assert_eq!(candidate_count(16, 8, 8), 64);
+        assert_eq!(candidate_count(16, 2, 16), 32);
+        assert_eq!(candidate_count(16, 2, 4), 16);
     }
 
     #[test]
