@@ -326,6 +326,59 @@ mod tests {
         assert_eq!(load.outstanding(), 0);
     }
 
+    proptest::proptest! {
+        /// Whatever the upstream does and wherever the client stops reading, the pod is
+        /// released exactly once, and a fully read SSE stream always ends with `[DONE]`.
+        #[test]
+        fn releases_exactly_once_whatever_happens(
+            chunks in proptest::collection::vec(proptest::option::weighted(0.8, "[a-z]{0,8}"), 0..8),
+            read in 0usize..10,
+            sse in proptest::bool::ANY,
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+            runtime.block_on(async {
+                let load = PodLoad::new();
+                let frames: Vec<Result<Frame<Bytes>, String>> = chunks
+                    .iter()
+                    .map(|c| match c {
+                        Some(text) => Ok(Frame::data(Bytes::from(format!("data: {text}\n\n")))),
+                        None => Err("reset".to_owned()),
+                    })
+                    .collect();
+                let mut body = GuardedBody::new(
+                    StreamBody::new(stream::iter(frames)),
+                    load.acquire(),
+                    sse,
+                    Duration::from_secs(5),
+                    completion(),
+                );
+                let mut seen = Vec::new();
+                let mut ended = false;
+                for _ in 0..read {
+                    match body.frame().await {
+                        Some(Ok(frame)) => seen.extend_from_slice(&frame.into_data().unwrap()),
+                        Some(Err(_)) | None => {
+                            ended = true;
+                            break;
+                        }
+                    }
+                }
+                let failed = chunks.iter().any(Option::is_none);
+                if ended && sse && failed {
+                    proptest::prop_assert!(seen.ends_with(b"data: [DONE]\n\n"));
+                }
+                // Released by the end of the stream (or its failure), before the body drops.
+                proptest::prop_assert!(load.outstanding() <= 1);
+                if ended {
+                    proptest::prop_assert_eq!(load.outstanding(), 0);
+                }
+                drop(body);
+                proptest::prop_assert_eq!(load.outstanding(), 0);
+                Ok(())
+            })?;
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_silent_upstream_times_out_into_an_error_event() {
         let load = PodLoad::new();
