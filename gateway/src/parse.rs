@@ -4,6 +4,8 @@
 //! bytes read are the bytes forwarded (never re-serialised). Parsing is router-core's
 //! [`routing_fields`]: model, stream flag and message text.
 
+use std::time::Duration;
+
 use axum::body::Body;
 use bytes::Bytes;
 use http::HeaderMap;
@@ -11,6 +13,10 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use router_core::text::{Endpoint, RoutingFields, routing_fields};
 
 use crate::error::GatewayError;
+
+/// A client gets this long to send its whole body, so a trickling body cannot hold a
+/// connection and an admission place forever.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Reads the whole body, refusing more than `limit` bytes (413) before reading them when the
 /// client declares a `content-length`, and while reading otherwise.
@@ -26,7 +32,15 @@ pub async fn read_body(
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(GatewayError::BodyTooLarge { limit });
     }
-    match Limited::new(body, limit).collect().await {
+    let collected = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect())
+        .await
+        .map_err(|_| {
+            GatewayError::BodyRead(format!(
+                "the body did not arrive within {} s",
+                BODY_READ_TIMEOUT.as_secs()
+            ))
+        })?;
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.is::<LengthLimitError>() => Err(GatewayError::BodyTooLarge { limit }),
         Err(error) => Err(GatewayError::BodyRead(error.to_string())),
@@ -64,6 +78,15 @@ mod tests {
         headers.insert(http::header::CONTENT_LENGTH, "999".parse().unwrap());
         let error = read_body(&headers, Body::empty(), 5).await.unwrap_err();
         assert_eq!(error, GatewayError::BodyTooLarge { limit: 5 });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_never_finishes_times_out() {
+        let never =
+            Body::from_stream(futures_util::stream::pending::<Result<Bytes, std::io::Error>>());
+        let error = read_body(&HeaderMap::new(), never, 5).await.unwrap_err();
+        assert_eq!(error.status(), 400);
+        assert!(error.to_string().contains("did not arrive"), "{error}");
     }
 
     #[test]
