@@ -20,13 +20,13 @@ async fn chunks_arrive_before_the_upstream_finishes() {
     let a = FakeUpstream::start("a").await;
     let gateway = start_gateway(&[&a]).await;
     let client = Client::new();
-    // Four events 100 ms apart: the first must reach the client while the upstream is
-    // still producing (a buffering proxy would deliver nothing until the end).
+    // One event, then the upstream keeps the stream open: a proxy that buffered the body
+    // would never deliver the event.
     let response = client
         .send(
             "POST",
             &format!("{}/v1/chat/completions", gateway.url()),
-            &stream_headers("sse:4:100"),
+            &stream_headers("stall:1"),
             chat_body("hi", true),
         )
         .await;
@@ -34,14 +34,35 @@ async fn chunks_arrive_before_the_upstream_finishes() {
     let mut body = response.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert!(first.starts_with(b"data: {"), "{first:?}");
-    assert_eq!(
-        a.in_flight(),
-        1,
-        "upstream still streaming when the first chunk arrived"
-    );
+    assert_eq!(a.in_flight(), 1, "the upstream is still streaming");
     assert_eq!(gateway.total_outstanding(), 1);
-    let rest = body.collect().await.unwrap().to_bytes();
-    assert!(rest.ends_with(b"data: [DONE]\n\n"));
+    drop(body);
+    wait_outstanding_zero(&gateway).await;
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_multi_chunk_stream_arrives_whole() {
+    let a = FakeUpstream::start("a").await;
+    let gateway = start_gateway(&[&a]).await;
+    let client = Client::new();
+    let answer = client
+        .post(
+            &gateway,
+            "/v1/chat/completions",
+            &[("x-fake", "sse:20:2")],
+            chat_body("hi", true),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    let events: Vec<&str> = answer
+        .text()
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .collect();
+    assert_eq!(events.len(), 21, "20 tokens and [DONE]");
+    assert!(events.iter().take(20).all(|e| e.starts_with("data: {")));
+    assert_eq!(events[20], "data: [DONE]");
     wait_outstanding_zero(&gateway).await;
     gateway.shutdown().await;
 }
