@@ -41,3 +41,26 @@ mod tests {
         assert_eq!(quantile(&[f64::NAN, 1.0], 0.5), Some(1.0));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Quantiles stay within the data and never decrease as q grows.
+        #[test]
+        fn bounded_and_monotone(values in proptest::collection::vec(-1e6f64..1e6, 1..200), a in 0.0f64..=1.0, b in 0.0f64..=1.0) {
+            let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+            let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let ql = quantile(&values, lo).unwrap();
+            let qh = quantile(&values, hi).unwrap();
+            prop_assert!(min <= ql && qh <= max);
+            prop_assert!(ql <= qh + 1e-9);
+            prop_assert_eq!(quantile(&values, 0.0), Some(min));
+            prop_assert_eq!(quantile(&values, 1.0), Some(max));
+        }
+    }
+}

@@ -24,12 +24,12 @@ pub fn hot_replica(replicas: &[String]) -> Option<&String> {
     replicas.iter().max()
 }
 
-/// Chooses `families` candidates so each replica owns its share: `families / n`, one more for
-/// the first `families % n` replicas in assignment order (the hot replica first, then the
-/// others by name). Each replica contributes its lowest-numbered owned candidates, to
-/// consecutive families: with two replicas the hot one gets families 0–3 and the other 4–7,
-/// as in the seed. `None` when some replica owns too few candidates (the caller retries with
-/// fresh candidates).
+/// Chooses `families` candidates so each replica owns its share: `families / n` each, and the
+/// `families % n` extra families go to replicas that own enough, the hot replica first, then
+/// the others by name. The replicas are filled in that order (hot replica first), each with
+/// its lowest-numbered owned candidates, to consecutive families. With two replicas and 8
+/// families the hot replica gets families 0–3 and the other 4–7, as in the seed. `None` when
+/// no balanced choice exists (the caller retries with fresh candidates).
 ///
 /// `owners[c]` is the replica candidate `c` was routed to.
 pub fn choose_hot_families(
@@ -41,22 +41,35 @@ pub fn choose_hot_families(
     let mut order: Vec<&String> = replicas.iter().filter(|r| **r != hot).collect();
     order.sort();
     order.insert(0, &hot);
-    let n = order.len();
-    let mut family_map = Vec::with_capacity(families);
-    for (i, replica) in order.iter().enumerate() {
-        let quota = families / n + usize::from(i < families % n);
-        let owned: Vec<usize> = owners
-            .iter()
-            .enumerate()
-            .filter(|(_, owner)| owner == replica)
-            .map(|(c, _)| c)
-            .take(quota)
-            .collect();
-        if owned.len() < quota {
-            return None;
+    let owned: Vec<Vec<usize>> = order
+        .iter()
+        .map(|replica| {
+            owners
+                .iter()
+                .enumerate()
+                .filter(|(_, owner)| owner == replica)
+                .map(|(c, _)| c)
+                .collect()
+        })
+        .collect();
+    let base = families / order.len();
+    let mut extra = families % order.len();
+    let mut quotas = vec![base; order.len()];
+    for (quota, candidates) in quotas.iter_mut().zip(&owned) {
+        if extra > 0 && candidates.len() > base {
+            *quota += 1;
+            extra -= 1;
         }
-        family_map.extend(owned);
     }
+    // Family 0 is the hot replica's first; it must get at least one.
+    if extra > 0 || quotas[0] == 0 || owned.iter().zip(&quotas).any(|(o, q)| o.len() < *q) {
+        return None;
+    }
+    let family_map = owned
+        .iter()
+        .zip(&quotas)
+        .flat_map(|(o, q)| o[..*q].iter().copied())
+        .collect();
     Some(HotAssignment {
         family_map,
         hot_replica: hot,
@@ -153,5 +166,46 @@ mod tests {
         assert_eq!(got.hot_replica, "c");
         let init = initial_owners(&owners[..2], &replicas);
         assert_eq!(init["c"], Vec::<usize>::new());
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// A choice, when there is one, uses distinct candidates, gives every replica its
+        /// share, and puts family 0 on the hot replica.
+        #[test]
+        fn choices_are_balanced(owner_ids in proptest::collection::vec(0usize..4, 1..40), n in 1usize..5, families in 1usize..12) {
+            let replicas: Vec<String> = (0..n).map(|i| format!("r{i}")).collect();
+            let owners: Vec<String> = owner_ids.iter().map(|o| replicas[o % n].clone()).collect();
+            if let Some(choice) = choose_hot_families(&owners, &replicas, families) {
+                prop_assert_eq!(choice.family_map.len(), families);
+                let mut seen = choice.family_map.clone();
+                seen.sort_unstable();
+                seen.dedup();
+                prop_assert_eq!(seen.len(), families);
+                prop_assert_eq!(&owners[choice.family_map[0]], &choice.hot_replica);
+                for r in &replicas {
+                    let got = choice.family_map.iter().filter(|&&c| owners[c] == *r).count();
+                    prop_assert!(got == families / n || got == families / n + 1);
+                }
+            }
+            // A choice exists exactly when every replica owns its base share, enough replicas
+            // own one more for the remainder, and the hot replica gets a family.
+            let counts: Vec<usize> = replicas
+                .iter()
+                .map(|r| owners.iter().filter(|o| *o == r).count())
+                .collect();
+            let (base, extra) = (families / n, families % n);
+            let hot = counts[n - 1];
+            let feasible = counts.iter().all(|c| *c >= base)
+                && counts.iter().filter(|c| **c > base).count() >= extra
+                && (base >= 1 || hot > 0);
+            prop_assert_eq!(choose_hot_families(&owners, &replicas, families).is_some(), feasible);
+        }
     }
 }

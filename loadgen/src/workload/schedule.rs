@@ -107,3 +107,28 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Every request goes to some family, the hot family is never smaller than another,
+        /// and the others differ by at most one.
+        #[test]
+        fn counts_sum_and_stay_even(count in 0usize..2000, families in 1usize..64, hot in 0.0f64..0.99) {
+            let counts = family_counts(count, families, hot);
+            prop_assert_eq!(counts.len(), families);
+            prop_assert_eq!(counts.iter().sum::<usize>(), count);
+            let rest = &counts[1..];
+            if let (Some(lo), Some(hi)) = (rest.iter().min(), rest.iter().max()) {
+                prop_assert!(hi - lo <= 1);
+                if hot > 0.0 && hot >= 1.0 / families as f64 {
+                    prop_assert!(counts[0] + 1 >= *hi);
+                }
+            }
+        }
+    }
+}
