@@ -17,6 +17,8 @@ async fn main() -> anyhow::Result<()> {
         .resolve(|key| std::env::var(key).ok())
         .context("invalid configuration")?;
     let grace = config.shutdown_grace();
+    let mut signals =
+        gateway::shutdown::StopSignals::register().context("cannot register signal handlers")?;
     let handle = gateway::start(config)
         .await
         .context("cannot start prefixgate")?;
@@ -25,9 +27,7 @@ async fn main() -> anyhow::Result<()> {
         handle.addr(),
         handle.metrics_addr()
     );
-    let signal = gateway::shutdown::stop_signal()
-        .await
-        .context("cannot wait for signals")?;
+    let signal = signals.recv().await;
     tracing::info!(
         signal,
         grace_secs = grace.as_secs(),
