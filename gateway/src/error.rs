@@ -26,7 +26,7 @@ pub enum GatewayError {
     #[error("model {0:?} does not exist")]
     UnknownModel(String),
     /// The `routing-strategy` header names no known strategy.
-    #[error("incorrect routing strategy {0:?} (known: random, least-request, prefix-cache)")]
+    #[error("incorrect routing strategy {0:?} (known: {known})", known = known_strategies())]
     UnknownStrategy(String),
     /// Replicas serve the model but none is ready.
     #[error("no ready replica for model {0:?}")]
@@ -62,6 +62,15 @@ pub enum GatewayError {
     /// The gateway is shutting down.
     #[error("the gateway is shutting down")]
     ShuttingDown,
+}
+
+/// The strategy names a `routing-strategy` header may carry, for error messages.
+fn known_strategies() -> String {
+    router_core::Strategy::ALL
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Who caused an error: decides the status family and whether a retry could help.

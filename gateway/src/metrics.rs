@@ -198,9 +198,15 @@ impl Metrics {
         })
     }
 
-    /// Records a routing decision. Only prefix-index decisions (`selection` set) move the
-    /// AIBrix counters; that excludes other policies and the single-pod short-circuit.
+    /// Records a routing decision. Only `prefix-cache` decisions that consulted the index
+    /// (`selection` set) move the AIBrix counters; that excludes other policies and the
+    /// single-pod short-circuit.
     pub fn record_decision(&self, model: &str, decision: &Decision, latency: Duration) {
+        // AIBrix's counters describe its prefix-cache router; other prefix-aware policies
+        // (prefix-load) must not blur an A/B comparison against it.
+        if decision.strategy != router_core::Strategy::PrefixCache {
+            return;
+        }
         let (Some(selection), Some(bucket)) = (decision.selection, decision.bucket()) else {
             return;
         };
@@ -339,6 +345,9 @@ mod tests {
     fn non_prefix_decisions_move_no_aibrix_counter() {
         let metrics = Metrics::new().unwrap();
         metrics.record_decision("m", &decision(None, None, false), Duration::from_micros(5));
+        let mut other = decision(Some(Selection::CostModel), Some(50), false);
+        other.strategy = Strategy::LeastRequest;
+        metrics.record_decision("m", &other, Duration::from_micros(5));
         let text = metrics.render(&[]);
         assert!(
             !text.contains("aibrix_prefix_cache_routing_decisions_total{"),
