@@ -1,6 +1,6 @@
-//! The cost of one `prefix-cache` decision for a 20 KB prompt against a full 200 000-block
-//! index (SPEC §6 target: ≤ 5 µs), with 2 and 8 pods, and the cost of hashing the prompt
-//! alone. Results and the command go in `docs/PERFORMANCE.md`.
+//! The cost of one `prefix-cache` decision, and one `prefix-load` decision beside it (issue 7:
+//! within 2× of `prefix-cache`), for a 20 KB prompt against a full 200 000-block index (SPEC §6
+//! target: ≤ 5 µs), with 2 and 8 pods, and the cost of hashing the prompt alone. Results and the command go in `docs/PERFORMANCE.md`.
 //!
 //! A decision here is everything [`Router::route`] does: tokenize (`character`), hash the
 //! 160 full blocks, read the loads, the imbalance gate, match, σ filter, count the request
@@ -74,24 +74,23 @@ fn decision(c: &mut Criterion) {
             model: MODEL,
             text: &text,
         };
-        group.bench_with_input(
-            BenchmarkId::new("prefix-cache-20KB", format!("{pods}-pods")),
-            &candidates,
-            |b, candidates| {
-                b.iter(|| {
-                    let routed = router
-                        .route(
-                            Strategy::PrefixCache,
-                            black_box(&request),
-                            candidates,
-                            &mut rng,
-                            1_000,
-                        )
-                        .expect("pods are ready");
-                    black_box(routed.decision.pod)
-                })
-            },
-        );
+        for (strategy, label) in [
+            (Strategy::PrefixCache, "prefix-cache-20KB"),
+            (Strategy::PrefixLoad, "prefix-load-20KB"),
+        ] {
+            group.bench_with_input(
+                BenchmarkId::new(label, format!("{pods}-pods")),
+                &candidates,
+                |b, candidates| {
+                    b.iter(|| {
+                        let routed = router
+                            .route(strategy, black_box(&request), candidates, &mut rng, 1_000)
+                            .expect("pods are ready");
+                        black_box(routed.decision.pod)
+                    })
+                },
+            );
+        }
     }
     group.finish();
 }

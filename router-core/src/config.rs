@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::policy::prefix_load::PrefixLoadConfig;
 use crate::tokenize::TokenizerKind;
 
 /// A setting that cannot be used. The message names the setting (config key or environment
@@ -41,6 +42,8 @@ pub struct RouterConfig {
     pub imbalance_abs_count: u64,
     /// `AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR`: the integer k in mean + k·σ.
     pub stddev_factor: u64,
+    /// `prefix-load`'s cost weights (`[routing.prefix_load]`, `PREFIXGATE_PREFIX_LOAD_*`).
+    pub prefix_load: PrefixLoadConfig,
 }
 
 impl Default for RouterConfig {
@@ -56,6 +59,7 @@ impl Default for RouterConfig {
             eviction_duration_mins: 20,
             imbalance_abs_count: 16,
             stddev_factor: 2,
+            prefix_load: PrefixLoadConfig::default(),
         }
     }
 }
@@ -76,7 +80,8 @@ pub const ENV_NAMES: [&str; 8] = [
 ];
 
 impl RouterConfig {
-    /// Applies the AIBrix environment variables that are set (`lookup` is `std::env::var`
+    /// Applies the AIBrix environment variables that are set, then prefixgate's own
+    /// `PREFIXGATE_PREFIX_LOAD_*` ones (`lookup` is `std::env::var`
     /// in production, a map in tests). A set but invalid value is an error naming the
     /// variable; AIBrix silently falls back to its default instead, which hides typos.
     ///
@@ -134,6 +139,7 @@ impl RouterConfig {
         if let Some(value) = lookup(factor) {
             self.stddev_factor = env_integer(factor, &value, 1)?;
         }
+        self.prefix_load.apply_env(&lookup)?;
         Ok(())
     }
 
@@ -170,7 +176,7 @@ impl RouterConfig {
                 "the hf tokenizer needs the path of a local tokenizer.json",
             ));
         }
-        Ok(())
+        self.prefix_load.validate()
     }
 
     /// The prefix index TTL in milliseconds.
@@ -272,6 +278,7 @@ mod tests {
                 eviction_duration_mins: 3,
                 imbalance_abs_count: 0,
                 stddev_factor: 3,
+                prefix_load: PrefixLoadConfig::default(),
             }
         );
     }

@@ -5,6 +5,18 @@
 //! AIBrix v0.7.0 does in its issue #2422 race) and decremented exactly once when the
 //! [`OutstandingGuard`] returned with the decision is dropped. The gateway keeps that guard in
 //! the response body, so stream end, upstream failure and client disconnect all release it.
+//!
+//! Besides the count, each pod carries two work signals that `prefix-load` reads, in blocks
+//! of the router's block size (the prompt's full blocks, as hashed):
+//! - **active blocks**: the prompt blocks of its outstanding requests (released with the
+//!   count), a measure of the decode work and KV memory already placed there;
+//! - **pending prefill blocks**: the blocks each outstanding request was expected to prefill
+//!   (those not already held there, per the prefix index), released by
+//!   [`OutstandingGuard::first_token`] when the first response byte arrives, or with the
+//!   count if it never does. This is Dynamo's "prefill blocks after overlap" as a live sum.
+//!
+//! Only prefix-aware strategies hash the prompt, so requests routed by `random` or
+//! `least-request` add no blocks (they still count as outstanding).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -29,6 +41,19 @@ pub struct PodLoad {
     waiting: AtomicU32,
     /// `f64` bits of the KV usage.
     kv_usage_bits: AtomicU64,
+    /// Prompt blocks of the outstanding requests.
+    active_blocks: AtomicU64,
+    /// Blocks still to prefill for the outstanding requests that have not begun answering.
+    pending_prefill_blocks: AtomicU64,
+}
+
+/// The work a request brings to a pod, in prompt blocks (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestWork {
+    /// The request's full prompt blocks.
+    pub blocks: u64,
+    /// Of those, the blocks the pod is expected to prefill (not already cached there).
+    pub prefill_blocks: u64,
 }
 
 const NO_STATS: u32 = u32::MAX;
@@ -41,6 +66,8 @@ impl PodLoad {
             running: AtomicU32::new(NO_STATS),
             waiting: AtomicU32::new(NO_STATS),
             kv_usage_bits: AtomicU64::new(0),
+            active_blocks: AtomicU64::new(0),
+            pending_prefill_blocks: AtomicU64::new(0),
         })
     }
 
@@ -60,11 +87,32 @@ impl PodLoad {
     /// Counts one more request and returns the guard that will count it out. The guard
     /// carries the count seen just before this request.
     pub fn acquire(self: &Arc<Self>) -> OutstandingGuard {
+        self.acquire_work(RequestWork::default())
+    }
+
+    /// [`acquire`](Self::acquire), also adding the request's work to the pod's active and
+    /// pending-prefill blocks; the guard takes them out again.
+    pub fn acquire_work(self: &Arc<Self>, work: RequestWork) -> OutstandingGuard {
         let before = self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.active_blocks.fetch_add(work.blocks, Ordering::AcqRel);
+        self.pending_prefill_blocks
+            .fetch_add(work.prefill_blocks, Ordering::AcqRel);
         OutstandingGuard {
             load: Arc::clone(self),
             at_selection: before,
+            blocks: work.blocks,
+            pending_prefill: work.prefill_blocks,
         }
+    }
+
+    /// Prompt blocks of the requests outstanding here.
+    pub fn active_blocks(&self) -> u64 {
+        self.active_blocks.load(Ordering::Acquire)
+    }
+
+    /// Blocks still to prefill for outstanding requests that have not sent a first byte.
+    pub fn pending_prefill_blocks(&self) -> u64 {
+        self.pending_prefill_blocks.load(Ordering::Acquire)
     }
 
     /// Records a fresh engine scrape.
@@ -102,6 +150,9 @@ impl PodLoad {
 pub struct OutstandingGuard {
     load: Arc<PodLoad>,
     at_selection: u64,
+    blocks: u64,
+    /// Pending-prefill blocks still held (0 once released).
+    pending_prefill: u64,
 }
 
 impl OutstandingGuard {
@@ -109,10 +160,26 @@ impl OutstandingGuard {
     pub fn at_selection(&self) -> u64 {
         self.at_selection
     }
+
+    /// The first response byte arrived: the pod has prefilled this request, so its blocks
+    /// stop counting as pending prefill. Idempotent; the outstanding count and active
+    /// blocks stay until the guard drops.
+    pub fn first_token(&mut self) {
+        let pending = std::mem::take(&mut self.pending_prefill);
+        if pending > 0 {
+            self.load
+                .pending_prefill_blocks
+                .fetch_sub(pending, Ordering::AcqRel);
+        }
+    }
 }
 
 impl Drop for OutstandingGuard {
     fn drop(&mut self) {
+        self.first_token();
+        self.load
+            .active_blocks
+            .fetch_sub(self.blocks, Ordering::AcqRel);
         self.load.outstanding.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -139,6 +206,42 @@ mod tests {
         assert_eq!(load.outstanding(), 1);
         drop(b);
         assert_eq!(load.outstanding(), 0);
+    }
+
+    #[test]
+    fn work_is_released_once_first_token_early_and_the_rest_on_drop() {
+        let load = PodLoad::new();
+        let work = RequestWork {
+            blocks: 40,
+            prefill_blocks: 30,
+        };
+        let mut a = load.acquire_work(work);
+        let b = load.acquire_work(work);
+        assert_eq!(
+            (load.active_blocks(), load.pending_prefill_blocks()),
+            (80, 60)
+        );
+        a.first_token();
+        a.first_token();
+        assert_eq!(
+            (load.active_blocks(), load.pending_prefill_blocks()),
+            (80, 30)
+        );
+        assert_eq!(load.outstanding(), 2);
+        drop(b);
+        assert_eq!(
+            (load.active_blocks(), load.pending_prefill_blocks()),
+            (40, 0)
+        );
+        drop(a);
+        assert_eq!(
+            (
+                load.outstanding(),
+                load.active_blocks(),
+                load.pending_prefill_blocks()
+            ),
+            (0, 0, 0)
+        );
     }
 
     #[test]

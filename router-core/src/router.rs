@@ -12,8 +12,9 @@ use crate::config::{ConfigError, RouterConfig};
 use crate::decision::Decision;
 use crate::hash::block_hashes;
 use crate::index::PrefixIndex;
-use crate::load::{Candidate, OutstandingGuard};
-use crate::policy::{LeastRequest, Policy, PolicyInput, PrefixCache, Random, Strategy};
+use crate::load::{Candidate, OutstandingGuard, RequestWork};
+use crate::policy::prefix_load::uncached_blocks;
+use crate::policy::{LeastRequest, Policy, PolicyInput, PrefixCache, PrefixLoad, Random, Strategy};
 use crate::tokenize::{self, TokenizeError, Tokenizer};
 
 /// What the router needs to know about one request.
@@ -52,6 +53,7 @@ pub struct Router {
     random: Random,
     least_request: LeastRequest,
     prefix_cache: PrefixCache,
+    prefix_load: PrefixLoad,
 }
 
 impl Router {
@@ -64,6 +66,7 @@ impl Router {
             random: Random,
             least_request: LeastRequest,
             prefix_cache: PrefixCache,
+            prefix_load: PrefixLoad,
             config,
         })
     }
@@ -125,6 +128,7 @@ impl Router {
             Strategy::Random => &self.random,
             Strategy::LeastRequest => &self.least_request,
             Strategy::PrefixCache => &self.prefix_cache,
+            Strategy::PrefixLoad => &self.prefix_load,
         };
         let choice = policy.choose(&mut PolicyInput {
             model: request.model,
@@ -135,7 +139,13 @@ impl Router {
             rng,
         });
         let chosen = pods[choice.pod];
-        let guard = chosen.load.acquire();
+        // The work signals `prefix-load` reads: the prompt's blocks, and those the chosen pod
+        // is expected to prefill given its match.
+        let blocks = hashes.len() as u64;
+        let guard = chosen.load.acquire_work(RequestWork {
+            blocks,
+            prefill_blocks: uncached_blocks(blocks, choice.match_percent.unwrap_or(0)),
+        });
         if strategy.uses_prefix_index() && !hashes.is_empty() {
             self.index.add(request.model, &hashes, chosen.name, now);
         }

@@ -17,10 +17,12 @@ use crate::load::Candidate;
 
 mod least_request;
 mod prefix_cache;
+pub mod prefix_load;
 mod random;
 
 pub use least_request::LeastRequest;
 pub use prefix_cache::PrefixCache;
+pub use prefix_load::PrefixLoad;
 pub use random::Random;
 
 /// A routing strategy, as named in the `routing-strategy` header.
@@ -29,14 +31,17 @@ pub enum Strategy {
     Random,
     LeastRequest,
     PrefixCache,
+    /// prefixgate's cost model over cache and load (`policy/prefix_load/`).
+    PrefixLoad,
 }
 
 impl Strategy {
     /// Every strategy, in the order `--help` lists them.
-    pub const ALL: [Strategy; 3] = [
+    pub const ALL: [Strategy; 4] = [
         Strategy::Random,
         Strategy::LeastRequest,
         Strategy::PrefixCache,
+        Strategy::PrefixLoad,
     ];
 
     /// The header value.
@@ -45,12 +50,13 @@ impl Strategy {
             Strategy::Random => "random",
             Strategy::LeastRequest => "least-request",
             Strategy::PrefixCache => "prefix-cache",
+            Strategy::PrefixLoad => "prefix-load",
         }
     }
 
     /// Whether the policy reads the prefix index (and so needs the request's block hashes).
     pub fn uses_prefix_index(self) -> bool {
-        matches!(self, Strategy::PrefixCache)
+        matches!(self, Strategy::PrefixCache | Strategy::PrefixLoad)
     }
 }
 
@@ -62,7 +68,7 @@ impl fmt::Display for Strategy {
 
 /// A `routing-strategy` value that names no known strategy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown routing strategy {0:?} (known: random, least-request, prefix-cache)")]
+#[error("unknown routing strategy {0:?} (known: random, least-request, prefix-cache, prefix-load)")]
 pub struct UnknownStrategy(pub String);
 
 impl FromStr for Strategy {

@@ -1,0 +1,166 @@
+//! `prefix-load`'s settings: the weights of its cost model, with prefixgate's own
+//! environment names (`PREFIXGATE_PREFIX_LOAD_*`), validated like the AIBrix ones.
+//!
+//! They live in the gateway's `[routing.prefix_load]` table (unknown keys are errors); the
+//! environment overrides the file. Every weight is a plain decimal number ≥ 0.
+
+use serde::Deserialize;
+
+use crate::config::ConfigError;
+
+/// The weights of `prefix-load`'s cost (see `docs/POLICY.md`). The unit of cost is one
+/// prompt block of work already placed on a pod.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrefixLoadConfig {
+    /// `PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT`: the cost of one block this request would
+    /// have to prefill on a pod (not cached there), against one active block already there.
+    pub prefill_weight: f64,
+    /// `PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT`: the cost of one block other requests still
+    /// have to prefill on a pod before it answers them (they delay this request's prefill).
+    pub pending_weight: f64,
+    /// `PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT`: when the engine is scraped, the cost of each
+    /// request waiting in its queue, in units of that pod's mean active blocks per request.
+    pub waiting_weight: f64,
+}
+
+impl Default for PrefixLoadConfig {
+    fn default() -> Self {
+        PrefixLoadConfig {
+            prefill_weight: 5.0,
+            pending_weight: 0.5,
+            waiting_weight: 2.0,
+        }
+    }
+}
+
+/// The environment variables [`PrefixLoadConfig::apply_env`] reads, in `--help` order.
+pub const PREFIX_LOAD_ENV_NAMES: [&str; 3] = [
+    "PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT",
+    "PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT",
+    "PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT",
+];
+
+/// Largest accepted weight: beyond it one term swamps the others entirely, which a user
+/// should ask for by zeroing the others instead.
+const MAX_WEIGHT: f64 = 1_000_000.0;
+
+impl PrefixLoadConfig {
+    /// Applies the `PREFIXGATE_PREFIX_LOAD_*` variables that are set; an invalid value is an
+    /// error naming the variable.
+    pub fn apply_env(
+        &mut self,
+        lookup: &impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        let [prefill, pending, waiting] = PREFIX_LOAD_ENV_NAMES;
+        for (name, field) in [
+            (prefill, &mut self.prefill_weight),
+            (pending, &mut self.pending_weight),
+            (waiting, &mut self.waiting_weight),
+        ] {
+            if let Some(value) = lookup(name) {
+                *field = weight(name, &value, value.trim().parse().ok())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks weights read from a file (finite, 0 to 10⁶).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("prefix_load.prefill_weight", self.prefill_weight),
+            ("prefix_load.pending_weight", self.pending_weight),
+            ("prefix_load.waiting_weight", self.waiting_weight),
+        ] {
+            weight(key, &value.to_string(), Some(value))?;
+        }
+        Ok(())
+    }
+}
+
+/// `parsed` as a weight, or an error naming `key` and the raw `value`.
+fn weight(key: &str, value: &str, parsed: Option<f64>) -> Result<f64, ConfigError> {
+    match parsed {
+        Some(w) if w.is_finite() && (0.0..=MAX_WEIGHT).contains(&w) => Ok(w),
+        _ => Err(ConfigError {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            reason: format!("must be a decimal number from 0 to {MAX_WEIGHT}"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn with_env(vars: &[(&str, &str)]) -> Result<PrefixLoadConfig, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let mut config = PrefixLoadConfig::default();
+        config.apply_env(&|name| map.get(name).cloned())?;
+        Ok(config)
+    }
+
+    #[test]
+    fn every_variable_is_applied() {
+        let config = with_env(&[
+            ("PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT", "3.5"),
+            ("PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT", " 0 "),
+            ("PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT", "7"),
+        ])
+        .unwrap();
+        assert_eq!(
+            config,
+            PrefixLoadConfig {
+                prefill_weight: 3.5,
+                pending_weight: 0.0,
+                waiting_weight: 7.0,
+            }
+        );
+        assert_eq!(with_env(&[]).unwrap(), PrefixLoadConfig::default());
+        PrefixLoadConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn invalid_values_name_the_variable() {
+        for name in PREFIX_LOAD_ENV_NAMES {
+            for value in ["-1", "NaN", "inf", "", "two", "1e7"] {
+                let err = with_env(&[(name, value)]).unwrap_err();
+                assert_eq!((err.key.as_str(), err.value.as_str()), (name, value));
+                assert!(err.to_string().contains(name), "{err}");
+            }
+        }
+    }
+
+    #[test]
+    fn validate_names_the_key() {
+        let config = PrefixLoadConfig {
+            pending_weight: f64::NAN,
+            ..PrefixLoadConfig::default()
+        };
+        assert_eq!(
+            config.validate().unwrap_err().key,
+            "prefix_load.pending_weight"
+        );
+        let config = PrefixLoadConfig {
+            prefill_weight: -0.5,
+            ..PrefixLoadConfig::default()
+        };
+        assert_eq!(
+            config.validate().unwrap_err().key,
+            "prefix_load.prefill_weight"
+        );
+    }
+
+    #[test]
+    fn file_keys_are_checked() {
+        let config: PrefixLoadConfig = serde_json::from_str(r#"{"prefill_weight": 4}"#).unwrap();
+        assert_eq!(config.prefill_weight, 4.0);
+        assert!(serde_json::from_str::<PrefixLoadConfig>(r#"{"prefil_weight": 4}"#).is_err());
+    }
+}

@@ -1,0 +1,129 @@
+//! `prefix-load`: prefixgate's default policy, a cost model over cache and load.
+//!
+//! For each ready pod it estimates, in prompt blocks of work, what this request would cost
+//! there, and picks the cheapest (uniformly random among exact ties):
+//!
+//! ```text
+//! cost(pod) = prefill_weight · uncached(pod)        this request's prefill there
+//!           + active(pod)                           work already placed there
+//!           + pending_weight · pending(pod)         prefills queued ahead of it there
+//!           + waiting_weight · waiting(pod) · mean  the engine's queue, when scraped
+//! ```
+//!
+//! - `uncached` = the request's full blocks minus those the pod holds as a leading run, per
+//!   the prefix index (`match% × blocks`, as `prefix-cache` matches).
+//! - `active` = prompt blocks of the pod's outstanding requests ([`PodLoad::active_blocks`]):
+//!   Dynamo's "active decode blocks", which scales with request size, unlike a count.
+//! - `pending` = blocks the pod's outstanding requests have yet to prefill
+//!   ([`PodLoad::pending_prefill_blocks`], released at the first response byte).
+//! - `waiting` = the engine's `vllm:num_requests_waiting` when scraped (absent otherwise),
+//!   each queued request priced at the pod's mean active blocks per outstanding request.
+//!
+//! So a cached pod with spare room wins (its prefill term is small), a hot prefix's owner
+//! loses to an idle pod once its extra work outweighs one more prefill of the prefix (then
+//! both hold it and load decides between them), and a cold family stays with its first pod
+//! while loads are within `prefill_weight` prompts of each other.
+//!
+//! With no full block (an empty or short prompt) nothing can be cached: the choice is by
+//! outstanding count, as `least-request`.
+//!
+//! Decision records: `selection` is `prefix_match` when the chosen pod has the best match
+//! among the pods and matched something, `least_request_fallback` when no pod matched, and
+//! `cost_model` when load made it pick a pod with a smaller match than the best (a hot
+//! prefix spilling to a second pod); `imbalance` is set on exactly those `cost_model`
+//! decisions, so `aibrix_prefix_cache_load_imbalance_total` counts load overriding the cache.
+
+use rand::Rng;
+
+use super::least_request::least_loaded_of;
+use super::{Choice, Policy, PolicyInput};
+use crate::decision::Selection;
+use crate::load::PodLoad;
+
+pub mod config;
+
+pub use config::PrefixLoadConfig;
+
+#[derive(Debug, Default)]
+pub struct PrefixLoad;
+
+impl Policy for PrefixLoad {
+    fn choose(&self, input: &mut PolicyInput<'_>) -> Choice {
+        let blocks = input.hashes.len() as u64;
+        let percents = input
+            .index
+            .match_prefix(input.model, input.hashes, input.pods);
+        if blocks == 0 {
+            let counts: Vec<u64> = input.pods.iter().map(|p| p.load.outstanding()).collect();
+            let pod = least_loaded_of(&counts, input.rng);
+            return Choice {
+                pod,
+                selection: Some(Selection::LeastRequestFallback),
+                match_percent: Some(0),
+                imbalance: false,
+            };
+        }
+        let weights = &input.config.prefix_load;
+        let costs: Vec<f64> = input
+            .pods
+            .iter()
+            .zip(&percents)
+            .map(|(pod, &pct)| pod_cost(pod.load, uncached_blocks(blocks, pct), weights))
+            .collect();
+        let pod = cheapest(&costs, input.rng);
+        let best = percents.iter().copied().max().unwrap_or(0);
+        let chosen = percents[pod];
+        let selection = if best == 0 {
+            Selection::LeastRequestFallback
+        } else if chosen == best {
+            Selection::PrefixMatch
+        } else {
+            Selection::CostModel
+        };
+        Choice {
+            pod,
+            selection: Some(selection),
+            match_percent: Some(chosen),
+            imbalance: selection == Selection::CostModel,
+        }
+    }
+}
+
+/// Blocks of a `blocks`-block request that a pod matching `percent` % must prefill.
+/// `percent` was floored from a whole number of blocks, so rounding the held blocks up
+/// recovers that number exactly (pct = ⌊100·k/n⌋ ⇒ k = ⌈pct·n/100⌉ for n ≤ 100; beyond,
+/// within one block).
+pub fn uncached_blocks(blocks: u64, percent: u8) -> u64 {
+    let held = (u64::from(percent.min(100)) * blocks).div_ceil(100);
+    blocks - held.min(blocks)
+}
+
+/// The estimated cost of sending a request that must prefill `uncached` blocks to `load`.
+pub fn pod_cost(load: &PodLoad, uncached: u64, weights: &PrefixLoadConfig) -> f64 {
+    let active = load.active_blocks() as f64;
+    let mut cost = weights.prefill_weight * uncached as f64
+        + active
+        + weights.pending_weight * load.pending_prefill_blocks() as f64;
+    if let Some(stats) = load.engine_stats()
+        && stats.waiting > 0
+    {
+        // A queued request delays this one by a whole request's residence, not a prefill.
+        let mean = active / load.outstanding().max(1) as f64;
+        cost += weights.waiting_weight * f64::from(stats.waiting) * mean;
+    }
+    cost
+}
+
+/// A uniformly random index among the minima of `costs` (0 for an empty slice).
+fn cheapest(costs: &[f64], rng: &mut dyn rand::RngCore) -> usize {
+    let min = costs.iter().copied().fold(f64::INFINITY, f64::min);
+    let ties: Vec<usize> = (0..costs.len()).filter(|&i| costs[i] == min).collect();
+    match ties.len() {
+        0 => 0,
+        1 => ties[0],
+        n => ties[rng.random_range(0..n)],
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,251 @@
+//! Cost ordering and invariants of `prefix-load`, deterministic and seeded.
+
+use std::sync::Arc;
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use super::*;
+use crate::config::RouterConfig;
+use crate::index::PrefixIndex;
+use crate::load::{Candidate, OutstandingGuard, RequestWork};
+use crate::policy::PolicyInput;
+
+const MODEL: &str = "m";
+
+/// A pod's state: outstanding requests of `blocks` prompt blocks each, of which the first
+/// `pending` have not answered yet (each still to prefill `blocks` blocks).
+#[derive(Debug, Clone, Copy, Default)]
+struct PodState {
+    outstanding: u64,
+    pending: u64,
+}
+
+struct Cluster {
+    names: Vec<String>,
+    loads: Vec<Arc<PodLoad>>,
+    guards: Vec<OutstandingGuard>,
+    index: PrefixIndex,
+    config: RouterConfig,
+}
+
+impl Cluster {
+    fn new(states: &[PodState], blocks: u64) -> Self {
+        let names: Vec<String> = (0..states.len()).map(|i| format!("pod-{i}")).collect();
+        let loads: Vec<Arc<PodLoad>> = states.iter().map(|_| PodLoad::new()).collect();
+        let mut guards = Vec::new();
+        for (state, load) in states.iter().zip(&loads) {
+            for i in 0..state.outstanding {
+                let mut guard = load.acquire_work(RequestWork {
+                    blocks,
+                    prefill_blocks: blocks,
+                });
+                if i >= state.pending {
+                    guard.first_token();
+                }
+                guards.push(guard);
+            }
+        }
+        Cluster {
+            names,
+            loads,
+            guards,
+            index: PrefixIndex::new(1000, 60_000),
+            config: RouterConfig::default(),
+        }
+    }
+
+    /// Records `hashes` as held by pod `pod`.
+    fn hold(&self, pod: usize, hashes: &[u64]) {
+        self.index.add(MODEL, hashes, &self.names[pod], 0);
+    }
+
+    fn choose(&self, hashes: &[u64], seed: u64) -> Choice {
+        let pods: Vec<Candidate<'_>> = self
+            .names
+            .iter()
+            .zip(&self.loads)
+            .map(|(name, load)| Candidate { name, load })
+            .collect();
+        let mut rng = StdRng::seed_from_u64(seed);
+        PrefixLoad.choose(&mut PolicyInput {
+            model: MODEL,
+            pods: &pods,
+            hashes,
+            index: &self.index,
+            config: &self.config,
+            rng: &mut rng,
+        })
+    }
+}
+
+fn request(family: u64, blocks: u64) -> Vec<u64> {
+    (0..blocks).map(|i| family << 32 | i).collect()
+}
+
+fn busy(outstanding: u64) -> PodState {
+    PodState {
+        outstanding,
+        pending: 0,
+    }
+}
+
+#[test]
+fn uncached_blocks_recovers_the_held_run() {
+    for n in 1..=100u64 {
+        for k in 0..=n {
+            let pct = (k * 100 / n) as u8;
+            assert_eq!(uncached_blocks(n, pct), n - k, "{k} of {n}");
+        }
+    }
+    assert_eq!(uncached_blocks(0, 100), 0);
+    assert_eq!(uncached_blocks(400, 100), 0);
+    assert_eq!(uncached_blocks(400, 0), 400);
+}
+
+#[test]
+fn a_cached_pod_with_spare_room_wins() {
+    let cluster = Cluster::new(&[busy(2), busy(1), busy(2)], 40);
+    let hashes = request(7, 40);
+    cluster.hold(0, &hashes);
+    for seed in 0..20 {
+        let choice = cluster.choose(&hashes, seed);
+        assert_eq!(choice.pod, 0);
+        assert_eq!(choice.selection, Some(Selection::PrefixMatch));
+        assert_eq!(choice.match_percent, Some(100));
+        assert!(!choice.imbalance);
+    }
+}
+
+#[test]
+fn with_equal_loads_the_cached_pod_wins() {
+    let cluster = Cluster::new(&[busy(3), busy(3)], 40);
+    let hashes = request(1, 40);
+    cluster.hold(1, &hashes[..30]);
+    for seed in 0..20 {
+        let choice = cluster.choose(&hashes, seed);
+        assert_eq!(choice.pod, 1);
+        assert_eq!(choice.match_percent, Some(75));
+    }
+}
+
+#[test]
+fn a_saturated_owner_loses_a_hot_prefix_to_an_idle_pod() {
+    // The owner carries six more requests than the idle pod: more work than prefilling the
+    // prefix again at the default prefill weight of 5.
+    let cluster = Cluster::new(&[busy(6), busy(0)], 40);
+    let hashes = request(2, 40);
+    cluster.hold(0, &hashes);
+    let choice = cluster.choose(&hashes, 0);
+    assert_eq!(choice.pod, 1);
+    assert_eq!(choice.selection, Some(Selection::CostModel));
+    assert_eq!(choice.match_percent, Some(0));
+    assert!(choice.imbalance);
+    // Four requests more are not enough to give up the cache.
+    let cluster = Cluster::new(&[busy(4), busy(0)], 40);
+    cluster.hold(0, &hashes);
+    assert_eq!(cluster.choose(&hashes, 0).pod, 0);
+}
+
+#[test]
+fn pending_prefills_push_a_cold_request_away() {
+    // Same outstanding counts; pod 0 still has a cold prefill in progress.
+    let cluster = Cluster::new(
+        &[
+            PodState {
+                outstanding: 2,
+                pending: 1,
+            },
+            busy(2),
+        ],
+        40,
+    );
+    for seed in 0..20 {
+        let choice = cluster.choose(&request(3, 40), seed);
+        assert_eq!(choice.pod, 1);
+        assert_eq!(choice.selection, Some(Selection::LeastRequestFallback));
+    }
+}
+
+#[test]
+fn with_no_match_it_is_least_loaded_and_ties_are_random() {
+    let cluster = Cluster::new(&[busy(4), busy(1), busy(1), busy(2)], 40);
+    let hashes = request(4, 40);
+    let mut seen = [0u32; 4];
+    for seed in 0..200 {
+        let choice = cluster.choose(&hashes, seed);
+        assert_eq!(choice.selection, Some(Selection::LeastRequestFallback));
+        assert_eq!(choice.match_percent, Some(0));
+        seen[choice.pod] += 1;
+    }
+    assert_eq!((seen[0], seen[3]), (0, 0), "{seen:?}");
+    assert!(seen[1] > 0 && seen[2] > 0, "{seen:?}");
+}
+
+#[test]
+fn a_prompt_without_full_blocks_goes_by_outstanding_count() {
+    let cluster = Cluster::new(&[busy(2), busy(0)], 40);
+    let choice = cluster.choose(&[], 0);
+    assert_eq!(choice.pod, 1);
+    assert_eq!(choice.selection, Some(Selection::LeastRequestFallback));
+}
+
+#[test]
+fn a_scraped_engine_queue_is_priced_in() {
+    let cluster = Cluster::new(&[busy(3), busy(4)], 40);
+    let hashes = request(5, 40);
+    cluster.hold(0, &hashes);
+    assert_eq!(cluster.choose(&hashes, 0).pod, 0);
+    cluster.loads[0].set_engine_stats(crate::load::EngineStats {
+        running: 1,
+        waiting: 5,
+        kv_usage: 0.9,
+    });
+    assert_eq!(cluster.choose(&hashes, 0).pod, 1);
+    drop(cluster.guards);
+}
+
+proptest::proptest! {
+    /// The chosen pod is always a candidate, and with nothing cached and no pending prefill
+    /// it is a least-loaded pod (so its count never exceeds another's).
+    #[test]
+    fn nothing_cached_means_least_loaded(
+        counts in proptest::collection::vec(0u64..12, 2..9),
+        blocks in 0u64..64,
+        seed in proptest::prelude::any::<u64>(),
+    ) {
+        let states: Vec<PodState> = counts.iter().map(|&c| busy(c)).collect();
+        let cluster = Cluster::new(&states, blocks.max(1));
+        let choice = cluster.choose(&request(9, blocks), seed);
+        proptest::prop_assert!(choice.pod < counts.len());
+        proptest::prop_assert_eq!(counts[choice.pod], *counts.iter().min().unwrap());
+    }
+
+    /// Whatever is cached, the chosen pod's load exceeds the least-loaded pod's by at most
+    /// the prefill weight's worth of requests: the cache never buys more imbalance than one
+    /// prefill is worth.
+    #[test]
+    fn the_cache_buys_a_bounded_imbalance(
+        counts in proptest::collection::vec(0u64..12, 2..9),
+        holders in proptest::collection::vec(0u8..=100, 2..9),
+        seed in proptest::prelude::any::<u64>(),
+    ) {
+        let n = counts.len().min(holders.len());
+        let states: Vec<PodState> = counts[..n].iter().map(|&c| busy(c)).collect();
+        let blocks = 20u64;
+        let cluster = Cluster::new(&states, blocks);
+        let hashes = request(11, blocks);
+        for (pod, &pct) in holders[..n].iter().enumerate() {
+            let held = (u64::from(pct) * blocks / 100) as usize;
+            cluster.hold(pod, &hashes[..held]);
+        }
+        let choice = cluster.choose(&hashes, seed);
+        proptest::prop_assert!(choice.pod < n);
+        let min = *counts[..n].iter().min().unwrap();
+        let bound = cluster.config.prefix_load.prefill_weight;
+        proptest::prop_assert!(
+            (counts[choice.pod] - min) as f64 <= bound,
+            "chose {} with counts {:?}", choice.pod, &counts[..n]
+        );
+    }
+}
