@@ -26,6 +26,11 @@ AIBrix environment variables (the [routing] table):
   AIBRIX_PREFIX_CACHE_POD_RUNNING_REQUEST_IMBALANCE_ABS_COUNT
   AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR
 
+prefix-load weights (the [routing.prefix_load] table):
+  PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT
+  PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT
+  PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT
+
 Every key of the file, with its flag and variable: config/gateway.example.toml.";
 
 /// prefixgate: an OpenAI-compatible gateway that routes each request to the vLLM replica
@@ -43,7 +48,7 @@ pub struct Cli {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
     /// Strategy for requests without a routing-strategy header: random, least-request,
-    /// prefix-cache [default: least-request].
+    /// prefix-cache, prefix-load [default: least-request].
     #[arg(long, value_name = "NAME")]
     pub default_strategy: Option<String>,
     /// A static replica, NAME=http://HOST:PORT (repeatable; replaces the file's [[backends]]).
@@ -270,7 +275,11 @@ mod tests {
     fn help_lists_every_aibrix_variable() {
         use clap::CommandFactory;
         let help = Cli::command().render_help().to_string();
-        for name in router_core::config::ENV_NAMES {
+        let prefix_load = router_core::policy::prefix_load::config::PREFIX_LOAD_ENV_NAMES;
+        for name in router_core::config::ENV_NAMES
+            .into_iter()
+            .chain(prefix_load)
+        {
             assert!(help.contains(name), "{name} missing from --help");
         }
     }

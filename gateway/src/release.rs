@@ -180,6 +180,11 @@ where
                     }
                     if !this.first_frame_seen {
                         this.first_frame_seen = true;
+                        // The replica has prefilled this request: its blocks stop counting
+                        // as pending prefill in the load view (`prefix-load` reads it).
+                        if let Some(guard) = this.guard.as_mut() {
+                            guard.first_token();
+                        }
                         if let Some(c) = &this.completion {
                             c.metrics.observe_ttft(&c.pod, c.sent_at.elapsed());
                         }
@@ -307,6 +312,34 @@ mod tests {
         );
         assert!(body.collect().await.is_err());
         assert_eq!(load.outstanding(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_first_chunk_ends_pending_prefill_and_the_end_releases_the_rest() {
+        let load = PodLoad::new();
+        let guard = load.acquire_work(router_core::load::RequestWork {
+            blocks: 10,
+            prefill_blocks: 4,
+        });
+        let mut body = GuardedBody::new(
+            upstream(vec![Ok("data: 1\n\n"), Ok("data: 2\n\n")]),
+            guard,
+            true,
+            Duration::from_secs(5),
+            completion(),
+        );
+        assert_eq!(
+            (load.pending_prefill_blocks(), load.active_blocks()),
+            (4, 10)
+        );
+        body.frame().await.unwrap().unwrap();
+        assert_eq!(
+            (load.pending_prefill_blocks(), load.active_blocks()),
+            (0, 10)
+        );
+        assert_eq!(load.outstanding(), 1);
+        while body.frame().await.is_some() {}
+        assert_eq!((load.active_blocks(), load.outstanding()), (0, 0));
     }
 
     #[tokio::test]

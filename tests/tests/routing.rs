@@ -13,7 +13,7 @@ async fn every_policy_routes_streaming_and_plain_requests() {
     let b = FakeUpstream::start("b").await;
     let gateway = start_gateway(&[&a, &b]).await;
     let client = Client::new();
-    for strategy in ["random", "least-request", "prefix-cache"] {
+    for strategy in ["random", "least-request", "prefix-cache", "prefix-load"] {
         for stream in [false, true] {
             let answer = client
                 .post(
@@ -50,7 +50,7 @@ async fn every_policy_routes_streaming_and_plain_requests() {
             }
         }
     }
-    assert_eq!(a.requests() + b.requests(), 6);
+    assert_eq!(a.requests() + b.requests(), 8);
     wait_outstanding_zero(&gateway).await;
     gateway.shutdown().await;
 }
@@ -312,7 +312,13 @@ async fn mock_engines_serve_streams_through_every_policy() {
     assert_eq!(models.json()["data"][0]["id"], MOCK_MODEL);
     let family = "the quick brown fox jumps over the lazy dog ".repeat(20);
     let mut owners = Vec::new();
-    for strategy in ["random", "least-request", "prefix-cache", "prefix-cache"] {
+    for strategy in [
+        "random",
+        "least-request",
+        "prefix-cache",
+        "prefix-cache",
+        "prefix-load",
+    ] {
         let answer = client
             .post(
                 &gateway,
