@@ -88,6 +88,18 @@ pub struct Cli {
     /// Health probe period in ms [default: 1000].
     #[arg(long, value_name = "MS")]
     pub health_interval_ms: Option<u64>,
+    /// A health probe without an answer in this many ms fails [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub health_timeout_ms: Option<u64>,
+    /// Consecutive failures before a replica is ejected [default: 3].
+    #[arg(long, value_name = "N")]
+    pub eject_after_failures: Option<u32>,
+    /// Consecutive good probes before an ejected replica is re-admitted [default: 1].
+    #[arg(long, value_name = "N")]
+    pub readmit_after_successes: Option<u32>,
+    /// Engine metrics scrape period in ms [default: 250].
+    #[arg(long, value_name = "MS")]
+    pub engine_scrape_interval_ms: Option<u64>,
     /// Do not scrape replicas' /metrics into the load view.
     #[arg(long)]
     pub no_engine_scrape: bool,
@@ -110,6 +122,27 @@ pub struct Cli {
     /// Requests in flight per tenant at most, then 429 (0: no cap) [default: 0].
     #[arg(long, value_name = "N")]
     pub tenant_max_in_flight: Option<usize>,
+    /// Prompt tokenizer for prefix hashing: character, tiktoken, hf [default: character].
+    #[arg(long, value_name = "KIND")]
+    pub tokenizer: Option<router_core::tokenize::TokenizerKind>,
+    /// Local tokenizer.json for --tokenizer hf.
+    #[arg(long, value_name = "FILE")]
+    pub hf_tokenizer_path: Option<PathBuf>,
+    /// Prefix index sweep period in seconds [default: 1].
+    #[arg(long, value_name = "SECS")]
+    pub eviction_interval_secs: Option<u64>,
+    /// Prefix blocks expire this many minutes after their last add [default: 20].
+    #[arg(long, value_name = "MINS")]
+    pub eviction_duration_mins: Option<u64>,
+    /// prefix-load: cost of one block to prefill [default: 5.0].
+    #[arg(long, value_name = "W")]
+    pub prefix_load_prefill_weight: Option<f64>,
+    /// prefix-load: cost of one block others still prefill [default: 0.5].
+    #[arg(long, value_name = "W")]
+    pub prefix_load_pending_weight: Option<f64>,
+    /// prefix-load: cost of one request waiting in the engine [default: 2.0].
+    #[arg(long, value_name = "W")]
+    pub prefix_load_waiting_weight: Option<f64>,
     /// Prefix block size in bytes of the tokenizer's stream [default: 128].
     #[arg(long, value_name = "BYTES")]
     pub block_size: Option<usize>,
@@ -172,6 +205,19 @@ impl Cli {
         set(&mut config.upstream.idle_timeout_ms, &self.idle_timeout_ms);
         set(&mut config.upstream.max_retries, &self.max_retries);
         set(&mut config.health.interval_ms, &self.health_interval_ms);
+        set(&mut config.health.timeout_ms, &self.health_timeout_ms);
+        set(
+            &mut config.health.eject_after_failures,
+            &self.eject_after_failures,
+        );
+        set(
+            &mut config.health.readmit_after_successes,
+            &self.readmit_after_successes,
+        );
+        set(
+            &mut config.engine_scrape.interval_ms,
+            &self.engine_scrape_interval_ms,
+        );
         if self.no_engine_scrape {
             config.engine_scrape.enabled = false;
         }
@@ -183,6 +229,34 @@ impl Cli {
         set(
             &mut config.admission.tenant_max_in_flight,
             &self.tenant_max_in_flight,
+        );
+        set(&mut config.routing.tokenizer, &self.tokenizer);
+        if self.hf_tokenizer_path.is_some() {
+            config
+                .routing
+                .hf_tokenizer_path
+                .clone_from(&self.hf_tokenizer_path);
+        }
+        set(
+            &mut config.routing.eviction_interval_secs,
+            &self.eviction_interval_secs,
+        );
+        set(
+            &mut config.routing.eviction_duration_mins,
+            &self.eviction_duration_mins,
+        );
+        let weights = &mut config.routing.prefix_load;
+        set(
+            &mut weights.prefill_weight,
+            &self.prefix_load_prefill_weight,
+        );
+        set(
+            &mut weights.pending_weight,
+            &self.prefix_load_pending_weight,
+        );
+        set(
+            &mut weights.waiting_weight,
+            &self.prefix_load_waiting_weight,
         );
         set(&mut config.routing.block_size, &self.block_size);
         set(&mut config.routing.hash_seed, &self.hash_seed);
@@ -267,6 +341,12 @@ mod tests {
             .resolve(|_| None)
             .unwrap_err();
         assert!(error.to_string().contains("default_strategy"), "{error}");
+        let error = Cli::try_parse_from(["prefixgate", "--tokenizer", "words"]).unwrap_err();
+        assert!(error.to_string().contains("words"), "{error}");
+        let error = parse(&["--prefix-load-prefill-weight=-1"])
+            .resolve(|_| None)
+            .unwrap_err();
+        assert!(error.to_string().contains("prefill_weight"), "{error}");
         let error = parse(&["--time-scale", "0"]).resolve(|_| None).unwrap_err();
         assert!(error.to_string().contains("time_scale"), "{error}");
     }
