@@ -1,0 +1,93 @@
+{{/*
+Names, labels and checks shared by every template of the chart.
+*/}}
+
+{{/* The chart name, or nameOverride. */}}
+{{- define "prefixgate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release-qualified name of the gateway's objects (63 characters at most). */}}
+{{- define "prefixgate.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The example engine StatefulSet's name; also its headless Service's and its pods' prefix. */}}
+{{- define "prefixgate.vllmName" -}}
+{{- printf "%s-vllm" (include "prefixgate.fullname" .) | trunc 50 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "prefixgate.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels every object of the release carries. */}}
+{{- define "prefixgate.commonLabels" -}}
+helm.sh/chart: {{ include "prefixgate.chart" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The gateway pods' selector. */}}
+{{- define "prefixgate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "prefixgate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{/* The example engine pods' selector. */}}
+{{- define "prefixgate.vllmSelectorLabels" -}}
+app.kubernetes.io/name: vllm
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: engine
+{{- end }}
+
+{{- define "prefixgate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "prefixgate.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The gateway image, tag defaulting to the chart's appVersion. */}}
+{{- define "prefixgate.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Seconds from pod deletion to SIGKILL: preStop sleep + drain grace + margin. */}}
+{{- define "prefixgate.terminationGrace" -}}
+{{- add (int .Values.drain.preStopSleepSeconds) (int .Values.config.shutdown_grace_secs) (int .Values.drain.marginSeconds) }}
+{{- end }}
+
+{{/*
+Settings the chart cannot honour yet, and combinations that cannot work, stop the render
+with a message instead of being ignored.
+*/}}
+{{- define "prefixgate.validate" -}}
+{{- if ne .Values.discovery.mode "static" }}
+{{- fail (printf "discovery.mode=%q is not yet supported: prefixgate discovers replicas statically (config.backends, vllm.enabled or config.embedded.mock_engines). Kubernetes pod discovery by the model.aibrix.ai/name label is planned; see docs/DEPLOY.md." .Values.discovery.mode) }}
+{{- end }}
+{{- if .Values.tls.enabled }}
+{{- fail "tls.enabled=true is not yet supported: prefixgate serves plain HTTP. Terminate TLS at an Ingress, a Gateway API listener or a service mesh in front of the Service." }}
+{{- end }}
+{{- if and (not .Values.vllm.enabled) (empty .Values.config.backends) (eq (int .Values.config.embedded.mock_engines) 0) }}
+{{- fail "prefixgate has no replicas to route to: set config.backends, vllm.enabled=true or config.embedded.mock_engines." }}
+{{- end }}
+{{- if and .Values.pdb.enabled (lt (int .Values.replicaCount) 2) }}
+{{- fail "pdb.enabled=true with replicaCount < 2 would block every node drain: set replicaCount >= 2 or pdb.enabled=false." }}
+{{- end }}
+{{- if and .Values.apiKeys.existingSecret (not .Values.apiKeys.secretKey) }}
+{{- fail "apiKeys.secretKey must name the key of apiKeys.existingSecret that holds the comma-separated keys." }}
+{{- end }}
+{{- end }}
