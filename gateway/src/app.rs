@@ -251,12 +251,17 @@ mod tests {
                 "missing_model",
             ),
             (
-                r#"{"model":"x","messages":[]}"#,
+                r#"{"model":"m","messages":[]}"#,
+                StatusCode::BAD_REQUEST,
+                "no messages in the request body",
+            ),
+            (
+                r#"{"model":"x","messages":[{"role":"user","content":"hi"}]}"#,
                 StatusCode::NOT_FOUND,
                 "model_not_found",
             ),
             (
-                r#"{"model":"m","messages":[]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
                 StatusCode::SERVICE_UNAVAILABLE,
                 "service_unavailable",
             ),

@@ -127,6 +127,7 @@ impl GatewayError {
         match self {
             GatewayError::Body(BodyError::InvalidJson(_)) => "invalid_json",
             GatewayError::Body(BodyError::MissingModel) => "missing_model",
+            GatewayError::Body(BodyError::NoMessages) => "no_messages",
             GatewayError::Body(BodyError::InvalidField { .. }) => "invalid_field",
             GatewayError::BodyRead(_) => "invalid_body",
             GatewayError::BodyTooLarge { .. } => "body_too_large",
@@ -151,6 +152,7 @@ impl GatewayError {
                 Some("model")
             }
             GatewayError::Body(BodyError::InvalidField { field, .. }) => Some(field),
+            GatewayError::Body(BodyError::NoMessages) => Some("messages"),
             _ => None,
         }
     }
@@ -228,6 +230,11 @@ mod tests {
             ),
             (
                 GatewayError::Body(BodyError::MissingModel),
+                400,
+                "invalid_request_error",
+            ),
+            (
+                GatewayError::Body(BodyError::NoMessages),
                 400,
                 "invalid_request_error",
             ),

@@ -7,8 +7,8 @@
 //!   string is unescaped; any other JSON value (array of parts, object, `null`) contributes its
 //!   raw JSON bytes exactly as the client sent them. A message without `content` contributes
 //!   the empty string (it still takes its place in the join). Roles, names and tools are not
-//!   part of the text. An empty `messages` array gives empty text (AIBrix answers 400 there;
-//!   we let the engine give its own error, after the model and replica checks).
+//!   part of the text. A missing, `null` or empty `messages` is [`BodyError::NoMessages`]
+//!   (AIBrix's 400 "no messages in the request body"), before any model or replica check.
 //! - `/v1/completions`: `prompt`, which must be a string. An array prompt (batched or token
 //!   ids) is a client error, as in AIBrix.
 //! - `/v1/embeddings`: no text (the request is routed by load only).
@@ -45,6 +45,9 @@ pub enum BodyError {
     InvalidJson(String),
     #[error("request body has no `model`")]
     MissingModel,
+    /// A chat body whose `messages` is missing, `null` or empty (AIBrix's wording).
+    #[error("no messages in the request body")]
+    NoMessages,
     #[error("`{field}` is invalid: {reason}")]
     InvalidField { field: &'static str, reason: String },
 }
@@ -126,9 +129,16 @@ fn stream(raw: Option<&RawValue>) -> Result<bool, BodyError> {
 }
 
 fn chat_text(raw: Option<&RawValue>) -> Result<String, BodyError> {
-    let raw = raw.ok_or_else(|| BodyError::field("messages", "is required"))?;
+    let raw = raw.ok_or(BodyError::NoMessages)?;
+    // `null` reads as no messages, as in AIBrix (a nil slice has length 0).
+    if raw.get() == "null" {
+        return Err(BodyError::NoMessages);
+    }
     let messages: Vec<&RawValue> = serde_json::from_str(raw.get())
         .map_err(|_| BodyError::field("messages", "must be an array"))?;
+    if messages.is_empty() {
+        return Err(BodyError::NoMessages);
+    }
     let mut text = String::with_capacity(raw.get().len());
     for (i, message) in messages.into_iter().enumerate() {
         if !message.get().starts_with('{') {
@@ -220,8 +230,27 @@ mod tests {
     fn message_without_content_contributes_an_empty_string() {
         let fields = chat(r#"{"model":"m","messages":[{"role":"user"},{"content":"x"}]}"#).unwrap();
         assert_eq!(fields.text, " x");
-        let empty = chat(r#"{"model":"m","messages":[]}"#).unwrap();
-        assert_eq!(empty.text, "");
+    }
+
+    #[test]
+    fn missing_null_or_empty_messages_are_no_messages() {
+        for body in [
+            r#"{"model":"m"}"#,
+            r#"{"model":"m","messages":null}"#,
+            r#"{"model":"m","messages":[]}"#,
+            r#"{"model":"m","messages": [ ] }"#,
+        ] {
+            assert_eq!(chat(body).unwrap_err(), BodyError::NoMessages, "{body}");
+        }
+        assert_eq!(
+            BodyError::NoMessages.to_string(),
+            "no messages in the request body"
+        );
+        // The model is read first: a body with neither names the model.
+        assert_eq!(
+            chat(r#"{"messages":[]}"#).unwrap_err(),
+            BodyError::MissingModel
+        );
     }
 
     #[test]
@@ -289,10 +318,10 @@ mod tests {
     #[test]
     fn messages_must_be_an_array_of_objects() {
         for body in [
-            r#"{"model":"m"}"#,
             r#"{"model":"m","messages":"hi"}"#,
-            r#"{"model":"m","messages":null}"#,
+            r#"{"model":"m","messages":{}}"#,
             r#"{"model":"m","messages":["hi"]}"#,
+            r#"{"model":"m","messages":[{"content":"x"},7]}"#,
         ] {
             let err = chat(body).unwrap_err();
             assert!(

@@ -4,8 +4,8 @@
 
 use http_body_util::BodyExt;
 use prefixgate_tests::{
-    Answer, Client, FakeUpstream, MODEL, chat_body, gateway_config, sample_value, start_gateway,
-    wait_outstanding_zero, wait_until,
+    Answer, Client, FakeUpstream, MODEL, chat_body, chat_body_for, gateway_config, sample_value,
+    start_gateway, wait_outstanding_zero, wait_until,
 };
 
 /// A loopback address nothing listens on (bound, then released).
@@ -51,8 +51,19 @@ async fn client_errors_are_openai_shaped() {
     assert_openai_error(&answer, 400, "missing_model");
     assert_eq!(answer.json()["error"]["param"], "model");
 
+    // AIBrix's 400 for a chat body without messages, before the model is looked up.
+    for body in [r#"{"model":"nope","messages":[]}"#, r#"{"model":"nope"}"#] {
+        let answer = client.post(&gateway, chat, &[], body).await;
+        assert_openai_error(&answer, 400, "no_messages");
+        assert_eq!(answer.json()["error"]["param"], "messages");
+        assert_eq!(
+            answer.json()["error"]["message"],
+            "no messages in the request body"
+        );
+    }
+
     let answer = client
-        .post(&gateway, chat, &[], r#"{"model":"nope","messages":[]}"#)
+        .post(&gateway, chat, &[], chat_body_for("nope", "hi", false))
         .await;
     assert_openai_error(&answer, 404, "model_not_found");
 
