@@ -30,10 +30,9 @@ Names, labels and checks shared by every template of the chart.
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels every object of the release carries. */}}
+{{/* Labels every object of the release carries, besides its name/instance/component labels. */}}
 {{- define "prefixgate.commonLabels" -}}
 helm.sh/chart: {{ include "prefixgate.chart" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
