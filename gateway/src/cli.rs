@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Args, Parser, Subcommand};
 
 use crate::config::{BackendConfig, ConfigFileError, GatewayConfig};
 use crate::replicas::static_::parse_backend_flag;
@@ -35,9 +35,15 @@ Every key of the file, with its flag and variable: config/gateway.example.toml."
 
 /// prefixgate: an OpenAI-compatible gateway that routes each request to the vLLM replica
 /// that holds its prompt prefix, without overloading it.
+///
+/// Without a subcommand it serves. The flags below also configure `route-replay`'s router;
+/// give them before the subcommand (`prefixgate --block-size 4 route-replay …`).
 #[derive(Debug, Clone, Default, Parser)]
 #[command(name = "prefixgate", version, about, long_about = None, after_help = AFTER_HELP)]
 pub struct Cli {
+    /// What to do instead of serving.
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// TOML configuration file (see config/gateway.example.toml).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -158,6 +164,28 @@ pub struct Cli {
     /// prefix-cache load filter factor k in mean + k·σ [default: 2].
     #[arg(long, value_name = "K")]
     pub stddev_factor: Option<u64>,
+}
+
+/// The subcommands; serving is the default when none is given.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Replay a JSONL trace of routing requests offline and print one decision per line
+    /// (format: docs/ROUTING.md, "Replaying decisions").
+    RouteReplay(RouteReplayArgs),
+}
+
+/// `prefixgate route-replay`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RouteReplayArgs {
+    /// The trace, one JSON object per line; `-` or no flag reads stdin.
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub trace: Option<PathBuf>,
+    /// Seed of the random tie-breaks, for reproducible output [default: from the OS].
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Add each request's block hashes (`"hashes":["0x…"]`) to its decision.
+    #[arg(long)]
+    pub emit_hashes: bool,
 }
 
 impl Cli {
@@ -362,6 +390,32 @@ mod tests {
         {
             assert!(help.contains(name), "{name} missing from --help");
         }
+    }
+
+    #[test]
+    fn serving_stays_the_default_and_route_replay_takes_the_router_flags() {
+        let serve = parse(&["--mock-engines", "2"]);
+        assert!(serve.command.is_none());
+        assert_eq!(serve.mock_engines, Some(2));
+        let replay = parse(&[
+            "--block-size",
+            "4",
+            "route-replay",
+            "--trace",
+            "t.jsonl",
+            "--seed",
+            "7",
+            "--emit-hashes",
+        ]);
+        let Some(Command::RouteReplay(args)) = &replay.command else {
+            panic!("{replay:?}");
+        };
+        assert_eq!(args.trace.as_deref(), Some(std::path::Path::new("t.jsonl")));
+        assert_eq!(args.seed, Some(7));
+        assert!(args.emit_hashes);
+        assert_eq!(replay.resolve(|_| None).unwrap().routing.block_size, 4);
+        let error = Cli::try_parse_from(["prefixgate", "route-replay", "--seed", "x"]).unwrap_err();
+        assert!(error.to_string().contains("--seed"), "{error}");
     }
 
     #[test]

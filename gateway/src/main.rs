@@ -1,21 +1,58 @@
-//! The `prefixgate` binary: parse flags, start the gateway, drain on SIGTERM/SIGINT.
+//! The `prefixgate` binary: parse flags, then either serve (start the gateway, drain on
+//! SIGTERM/SIGINT) or, with `route-replay`, replay a trace offline through the same router
+//! settings.
+
+mod replay;
+
+use std::io::Write;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use gateway::cli::Cli;
+use gateway::GatewayConfig;
+use gateway::cli::{Cli, Command, RouteReplayArgs};
+
+fn main() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    let config = cli
+        .resolve(|key| std::env::var(key).ok())
+        .context("invalid configuration")?;
+    match &cli.command {
+        Some(Command::RouteReplay(args)) => route_replay(config, args),
+        None => serve(config).map(|()| ExitCode::SUCCESS),
+    }
+}
+
+/// `prefixgate route-replay`: exit status 1 when any line could not be replayed.
+fn route_replay(config: GatewayConfig, args: &RouteReplayArgs) -> anyhow::Result<ExitCode> {
+    let default_strategy = config.default_strategy().context("invalid configuration")?;
+    let router = router_core::Router::new(config.routing).context("invalid configuration")?;
+    let mut replayer =
+        replay::replayer::Replayer::new(router, default_strategy, args.seed, args.emit_hashes);
+    let source = replay::TraceSource::from_flag(args.trace.as_deref());
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let summary = replay::run(&source, &mut replayer, &mut out).context("route-replay failed")?;
+    out.flush().context("cannot write the decisions")?;
+    eprintln!(
+        "route-replay: {} routed, {} done, {} refused",
+        summary.routed, summary.done, summary.errors
+    );
+    Ok(if summary.errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn serve(config: GatewayConfig) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let cli = Cli::parse();
-    let config = cli
-        .resolve(|key| std::env::var(key).ok())
-        .context("invalid configuration")?;
     let grace = config.shutdown_grace();
     let mut signals =
         gateway::shutdown::StopSignals::register().context("cannot register signal handlers")?;
