@@ -39,6 +39,12 @@ pub struct SimOptions {
     pub model: String,
     pub router: RouterConfig,
     pub slo: Slo,
+    /// Forces warm priming's routed request of family `f` onto replica `warm_owners[f]`
+    /// (index into [`SimOptions::replica_names`]) by holding one outstanding count on every
+    /// other replica while it is routed, so a load-aware route picks it. `None` (the default)
+    /// leaves the owner to the route, as in the seed (a coin toss per family for
+    /// `prefix-cache`). Lets a test reproduce both of the seed's warm-uniform outcomes.
+    pub warm_owners: Option<Vec<usize>>,
 }
 
 impl SimOptions {
@@ -51,6 +57,7 @@ impl SimOptions {
             model: "Qwen3.8-27B-FP8".into(),
             router: RouterConfig::default(),
             slo: Slo::default(),
+            warm_owners: None,
         }
     }
 
@@ -147,7 +154,7 @@ pub fn simulate_phase(
         rng,
         &options.model,
     );
-    let setup = prime(&mut cluster, phase)?;
+    let setup = prime(&mut cluster, phase, options.warm_owners.as_deref())?;
 
     let before = cluster.counters();
     let t0 = cluster.now();
@@ -207,7 +214,12 @@ fn prime_one(cluster: &mut SimCluster, text: String, target: Target) -> Result<S
 }
 
 /// Primes the caches as SPEC §5.1 says, one request at a time, each run to completion.
-fn prime(cluster: &mut SimCluster, phase: &PhaseSpec) -> Result<Setup, SimError> {
+/// `warm_owners` forces the routed warm priming split (see [`SimOptions::warm_owners`]).
+fn prime(
+    cluster: &mut SimCluster,
+    phase: &PhaseSpec,
+    warm_owners: Option<&[usize]>,
+) -> Result<Setup, SimError> {
     let families = phase.shape.families;
     match phase.priming {
         Priming::None => Ok(Setup {
@@ -225,7 +237,18 @@ fn prime(cluster: &mut SimCluster, phase: &PhaseSpec) -> Result<Setup, SimError>
             let mut owners = BTreeMap::new();
             for (f, prefix) in prefixes.iter().enumerate() {
                 let text = phase.priming_prompt(prefix, "warm-routed", f);
+                let forced = match warm_owners.map(|o| o.get(f)) {
+                    Some(Some(&r)) if r < cluster.names().len() => Some(r),
+                    Some(_) => {
+                        return Err(SimError::Config(format!(
+                            "warm_owners names no replica for family {f}"
+                        )));
+                    }
+                    None => None,
+                };
+                let hold = forced.map(|r| cluster.load_all_but(r));
                 let served = prime_one(cluster, text, Target::Routed(phase.route))?;
+                drop(hold);
                 if let Some(pod) = served.record.target_pod {
                     owners.insert(f.to_string(), vec![pod]);
                 }

@@ -149,6 +149,18 @@ impl SimCluster {
         self.loads.iter().map(|l| l.outstanding()).collect()
     }
 
+    /// Holds one outstanding count on every replica except `replica`, so a load-aware route
+    /// (least-request, or prefix-cache's least-request fallback) picks `replica` while the
+    /// returned guards live. Used to force a priming split (`SimOptions::warm_owners`).
+    pub fn load_all_but(&self, replica: usize) -> Vec<OutstandingGuard> {
+        self.loads
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != replica)
+            .map(|(_, load)| load.acquire())
+            .collect()
+    }
+
     /// Sends one request at the current time and runs until it has finished.
     pub fn run_one(
         &mut self,

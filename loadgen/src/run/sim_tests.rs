@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::measure::schema_check::check_against_seed;
+use router_core::Strategy;
 
 const SEED: &str = include_str!("../../testdata/matrix-24-phase.json");
 
@@ -115,7 +116,7 @@ fn guards_are_released_after_every_request() {
         rng_for(1, &["test"]),
         &options.model,
     );
-    let setup = prime(&mut cluster, phase).unwrap();
+    let setup = prime(&mut cluster, phase, None).unwrap();
     assert_eq!(cluster.outstanding(), vec![0, 0]);
     let arrivals = plan_requests(phase)
         .iter()
@@ -136,6 +137,39 @@ fn guards_are_released_after_every_request() {
             .iter()
             .all(|s| s.record.usage.map(|u| u.completion_tokens) == Some(4))
     );
+}
+
+#[test]
+fn forced_warm_owners_set_the_priming_split_for_load_aware_routes() {
+    // r1-warm-uniform-{random,least-request,prefix-cache}, 4 requests each, so it stays quick.
+    let matrix = reduced(4);
+    let owners = vec![1, 1, 0, 1, 0, 0, 1, 1];
+    let mut options = options();
+    options.warm_owners = Some(owners.clone());
+    for phase in matrix
+        .phases()
+        .iter()
+        .filter(|p| p.name.starts_with("r1-warm"))
+    {
+        let result = simulate_phase(phase, &options, 0.0).unwrap();
+        let got: Vec<&str> = (0..8)
+            .map(|f| result.initial_prefix_owners[&f.to_string()][0].as_str())
+            .collect();
+        let want: Vec<&str> = owners
+            .iter()
+            .map(|&r| if r == 0 { "L20-A" } else { "L20-B" })
+            .collect();
+        if phase.route == Strategy::Random {
+            // Random ignores load: forcing cannot apply, and the run must still complete.
+            continue;
+        }
+        assert_eq!(got, want, "{}", phase.name);
+    }
+    // An index that names no replica is a configuration error, not a panic.
+    options.warm_owners = Some(vec![0, 2]);
+    let phase = &matrix.phases()[3]; // r1-warm-uniform-random
+    let err = simulate_phase(phase, &options, 0.0).expect_err("replica 2 does not exist");
+    assert!(err.to_string().contains("warm_owners"), "{err}");
 }
 
 #[test]
