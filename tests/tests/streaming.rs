@@ -6,6 +6,8 @@
 use std::time::Duration;
 
 use http_body_util::BodyExt;
+use mock_engine::model::EngineProfile;
+use mock_engine::server::{FailurePlan, ReplicaConfig, spawn_replica};
 use prefixgate_tests::{
     Client, FakeUpstream, MOCK_MODEL, chat_body, chat_body_for, gateway_config,
     mock_gateway_config, start_gateway, wait_outstanding_zero, wait_until,
@@ -225,29 +227,81 @@ async fn a_mock_engine_abort_mid_stream_ends_with_an_error_event() {
     gateway.shutdown().await;
 }
 
-/// Needs Python with the `openai` package (`pip install openai`), which CI does not have:
-/// `PREFIXGATE_PYTHON=/path/to/python cargo test -p prefixgate-tests -- --ignored`.
-#[tokio::test]
-#[ignore = "needs Python with the openai package"]
-async fn openai_python_client_streams() {
-    let gateway = gateway::start(mock_gateway_config(2)).await.unwrap();
+/// The interpreter for the OpenAI Python client tests: `PREFIXGATE_PYTHON`, else `python3`.
+/// These tests are `#[ignore]`d so that `cargo test --workspace` passes on a machine without
+/// the client; `.ci/run` creates a virtual environment, installs `openai` into it and runs
+/// them with `--ignored`. Once asked to run, a missing client is a failure, never a skip.
+async fn python_with_openai() -> String {
     let python = std::env::var("PREFIXGATE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/openai_stream.py");
+    let check = tokio::process::Command::new(&python)
+        .args(["-c", "import openai; print(openai.__version__)"])
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("cannot run {python} (set PREFIXGATE_PYTHON): {e}"));
+    assert!(
+        check.status.success(),
+        "{python} cannot import openai (pip install openai, or set PREFIXGATE_PYTHON): {}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    println!(
+        "{python}: openai {}",
+        String::from_utf8_lossy(&check.stdout).trim()
+    );
+    python
+}
+
+/// Runs a client script with `args`; its stdout, after asserting it succeeded.
+async fn run_python(script: &str, args: &[&str]) -> String {
+    let python = python_with_openai().await;
     let output = tokio::process::Command::new(python)
         .arg(script)
-        .arg(format!("{}/v1", gateway.url()))
-        .arg(MOCK_MODEL)
+        .args(args)
+        .kill_on_drop(true)
         .output()
         .await
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     println!("{stdout}");
     assert!(
         output.status.success(),
-        "{stdout}\n{}",
+        "{script} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    stdout
+}
+
+/// The official OpenAI Python client streams a chat completion through the gateway.
+#[tokio::test]
+#[ignore = "needs Python with the openai package; .ci/run runs it"]
+async fn openai_python_client_streams() {
+    let gateway = gateway::start(mock_gateway_config(2)).await.unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/openai_stream.py");
+    let base = format!("{}/v1", gateway.url());
+    let stdout = run_python(script, &[&base, MOCK_MODEL]).await;
     assert!(stdout.contains("target-pod=mock-"), "{stdout}");
     wait_outstanding_zero(&gateway).await;
     gateway.shutdown().await;
+}
+
+/// The official OpenAI Python client streams a chat completion straight from a mock-engine
+/// replica, as from a vLLM pod (issue 3).
+#[tokio::test]
+#[ignore = "needs Python with the openai package; .ci/run runs it"]
+async fn openai_python_client_streams_from_a_mock_engine() {
+    let replica = spawn_replica(ReplicaConfig {
+        name: "direct".to_owned(),
+        listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        model: MOCK_MODEL.to_owned(),
+        profile: EngineProfile::builtin("fast").unwrap(),
+        time_scale: 10.0,
+        failures: FailurePlan::default(),
+    })
+    .await
+    .unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/stream_direct.py");
+    let base = format!("http://{}/v1", replica.addr());
+    let stdout = run_python(script, &[&base, MOCK_MODEL]).await;
+    assert!(stdout.contains("finish=length"), "{stdout}");
+    assert!(stdout.contains("unknown model -> 404"), "{stdout}");
+    replica.shutdown().await;
 }
