@@ -6,7 +6,11 @@
 //! router-core's `Decision`. prefixgate's own `prefixgate_*` metrics cover requests, per-pod
 //! outstanding counts, upstream latency, retries and ejections. Per-pod gauges are refreshed
 //! from the live load view when `/metrics` is scraped, so the request path never touches them.
+//!
+//! [`Metrics`] is one `Arc` around its metric families: every response body holds a clone
+//! until it ends, so a clone must cost one reference count, not one per family.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
@@ -20,9 +24,15 @@ use crate::replicas::Replica;
 /// AIBrix's `using_kv_sync` label: prefixgate has no KV-event sync yet.
 const USING_KV_SYNC: &str = "false";
 
-/// Every metric the gateway exports.
+/// Every metric the gateway exports (cheap to clone: one shared `Arc`).
 #[derive(Debug, Clone)]
 pub struct Metrics {
+    families: Arc<Families>,
+}
+
+/// The registry and the metric families registered in it.
+#[derive(Debug)]
+struct Families {
     registry: Registry,
     decisions: CounterVec,
     selections: CounterVec,
@@ -179,7 +189,7 @@ impl Metrics {
         // AIBrix v0.7.0 sets this once at construction with an empty model label.
         indexer_status.with_label_values(&["", "local"]).set(1.0);
         indexer_status.with_label_values(&["", "sync"]).set(0.0);
-        Ok(Metrics {
+        let families = Families {
             registry,
             decisions,
             selections,
@@ -195,6 +205,9 @@ impl Metrics {
             ejections,
             readmissions,
             admission_rejections,
+        };
+        Ok(Metrics {
+            families: Arc::new(families),
         })
     }
 
@@ -211,81 +224,105 @@ impl Metrics {
             return;
         };
         if decision.imbalance {
-            self.load_imbalance
+            self.families
+                .load_imbalance
                 .with_label_values(&[model, USING_KV_SYNC])
                 .inc();
         }
-        self.decisions
+        self.families
+            .decisions
             .with_label_values(&[model, bucket.as_str(), USING_KV_SYNC])
             .inc();
-        self.selections
+        self.families
+            .selections
             .with_label_values(&[model, selection.as_str(), USING_KV_SYNC])
             .inc();
-        self.routing_latency
+        self.families
+            .routing_latency
             .with_label_values(&[model, USING_KV_SYNC])
             .observe(latency.as_secs_f64());
     }
 
     /// Records a failed prefix-cache route (AIBrix observes latency on errors too).
     pub fn record_routing_error(&self, model: &str, reason: &str, latency: Duration) {
-        self.routing_errors
+        self.families
+            .routing_errors
             .with_label_values(&[model, reason, USING_KV_SYNC])
             .inc();
-        self.routing_latency
+        self.families
+            .routing_latency
             .with_label_values(&[model, USING_KV_SYNC])
             .observe(latency.as_secs_f64());
     }
 
     /// Counts one answered request (`pod` empty when none was chosen).
     pub fn record_request(&self, model: &str, pod: &str, code: u16) {
-        self.requests
-            .with_label_values(&[model, pod, &code.to_string()])
-            .inc();
+        // Every status a response can carry is a valid `StatusCode`, whose text is static:
+        // no string is built per request.
+        match http::StatusCode::from_u16(code) {
+            Ok(status) => self
+                .families
+                .requests
+                .with_label_values(&[model, pod, status.as_str()]),
+            Err(_) => self
+                .families
+                .requests
+                .with_label_values(&[model, pod, &code.to_string()]),
+        }
+        .inc();
     }
 
     pub fn observe_ttft(&self, pod: &str, elapsed: Duration) {
-        self.upstream_ttft
+        self.families
+            .upstream_ttft
             .with_label_values(&[pod])
             .observe(elapsed.as_secs_f64());
     }
 
     pub fn observe_total(&self, pod: &str, elapsed: Duration) {
-        self.upstream_total
+        self.families
+            .upstream_total
             .with_label_values(&[pod])
             .observe(elapsed.as_secs_f64());
     }
 
     pub fn record_retry(&self, pod: &str) {
-        self.retries.with_label_values(&[pod]).inc();
+        self.families.retries.with_label_values(&[pod]).inc();
     }
 
     pub fn record_ejection(&self, pod: &str) {
-        self.ejections.with_label_values(&[pod]).inc();
+        self.families.ejections.with_label_values(&[pod]).inc();
     }
 
     /// Counts a request refused by admission (`unauthorized`, `global_in_flight`,
     /// `tenant_in_flight`).
     pub fn record_admission_rejection(&self, reason: &str) {
-        self.admission_rejections.with_label_values(&[reason]).inc();
+        self.families
+            .admission_rejections
+            .with_label_values(&[reason])
+            .inc();
     }
 
     pub fn record_readmission(&self, pod: &str) {
-        self.readmissions.with_label_values(&[pod]).inc();
+        self.families.readmissions.with_label_values(&[pod]).inc();
     }
 
     /// The text exposition, with per-pod gauges refreshed from `replicas` first.
     pub fn render(&self, replicas: &[std::sync::Arc<Replica>]) -> String {
         for replica in replicas {
             let outstanding = i64::try_from(replica.load().outstanding()).unwrap_or(i64::MAX);
-            self.outstanding
+            self.families
+                .outstanding
                 .with_label_values(&[replica.name()])
                 .set(outstanding);
-            self.ready
+            self.families
+                .ready
                 .with_label_values(&[replica.name()])
                 .set(i64::from(replica.is_ready()));
         }
         let mut buffer = Vec::new();
-        if let Err(error) = TextEncoder::new().encode(&self.registry.gather(), &mut buffer) {
+        if let Err(error) = TextEncoder::new().encode(&self.families.registry.gather(), &mut buffer)
+        {
             tracing::warn!(%error, "cannot encode metrics");
         }
         String::from_utf8_lossy(&buffer).into_owned()
@@ -357,6 +394,23 @@ mod tests {
             !text.contains("aibrix_prefix_cache_routing_latency_seconds_count{"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn requests_are_counted_by_status_code_text_and_clones_share_them() {
+        let metrics = Metrics::new().unwrap();
+        let clone = metrics.clone();
+        metrics.record_request("m", "a", 200);
+        clone.record_request("m", "a", 200);
+        // Outside StatusCode's range: still counted, under its decimal text.
+        metrics.record_request("m", "", 1000);
+        let text = metrics.render(&[]);
+        for line in [
+            r#"prefixgate_requests_total{code="200",model="m",pod="a"} 2"#,
+            r#"prefixgate_requests_total{code="1000",model="m",pod=""} 1"#,
+        ] {
+            assert!(text.contains(line), "missing {line}\n{text}");
+        }
     }
 
     #[test]

@@ -85,8 +85,9 @@ pub async fn forward(
             state.metrics.record_retry(failed.name());
         }
         let sent_at = Instant::now();
-        let pod = picked.replica.name().to_owned();
         let replica = Arc::clone(&picked.replica);
+        // Borrowed, not copied: the name is only needed when the attempt fails.
+        let pod = replica.name();
         match send(state, &picked.replica, parts, body.clone(), request_id).await {
             Ok(response) if is_retryable_status(response.status()) => {
                 last_failure = format!("{pod} answered {}", response.status());
@@ -105,7 +106,7 @@ pub async fn forward(
             }
             Err(AttemptError::Timeout) => {
                 return Err(GatewayError::UpstreamTimeout {
-                    pod,
+                    pod: pod.to_owned(),
                     timeout_ms: u64::try_from(state.settings.first_byte_timeout.as_millis())
                         .unwrap_or(u64::MAX),
                 });
@@ -115,7 +116,7 @@ pub async fn forward(
                     && replica.report_failure(state.settings.eject_after_failures)
                         == HealthChange::Ejected
                 {
-                    state.metrics.record_ejection(&pod);
+                    state.metrics.record_ejection(pod);
                 }
                 last_failure = format!("{pod}: {reason}");
                 // `picked` (and its outstanding guard) is dropped here: the pod is released.

@@ -62,7 +62,9 @@ pub struct GuardedBody<B> {
     phase: Phase,
     sse: bool,
     idle: Duration,
-    idle_timer: Pin<Box<Sleep>>,
+    /// Made on the first wait only: a small body that is whole when first polled (the usual
+    /// non-streamed answer) never allocates or registers a timer.
+    idle_timer: Option<Pin<Box<Sleep>>>,
     /// Whether the idle timer measures the current wait (re-armed on the first `Pending`
     /// after each frame, so time the client spends not reading is not counted as upstream
     /// silence).
@@ -88,7 +90,7 @@ impl<B> GuardedBody<B> {
             phase: Phase::Streaming,
             sse,
             idle,
-            idle_timer: Box::pin(tokio::time::sleep(idle)),
+            idle_timer: None,
             timer_armed: false,
             at_event_boundary: true,
             first_frame_seen: false,
@@ -207,9 +209,17 @@ where
             Poll::Pending => {
                 if !this.timer_armed {
                     this.timer_armed = true;
-                    this.idle_timer.as_mut().reset(Instant::now() + this.idle);
+                    let deadline = Instant::now() + this.idle;
+                    match this.idle_timer.as_mut() {
+                        Some(timer) => timer.as_mut().reset(deadline),
+                        None => {
+                            this.idle_timer = Some(Box::pin(tokio::time::sleep_until(deadline)))
+                        }
+                    }
                 }
-                if this.idle_timer.as_mut().poll(cx).is_ready() {
+                if let Some(timer) = this.idle_timer.as_mut()
+                    && timer.as_mut().poll(cx).is_ready()
+                {
                     let pod = this.pod();
                     return this.fail(StreamError::Idle {
                         pod,
@@ -427,6 +437,48 @@ mod tests {
         let text = std::str::from_utf8(&bytes).unwrap();
         assert!(text.contains("sent nothing for 3000 ms"), "{text}");
         assert!(text.ends_with("data: [DONE]\n\n"));
+        assert_eq!(load.outstanding(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_body_that_is_whole_at_once_never_makes_a_timer() {
+        let load = PodLoad::new();
+        let mut body = GuardedBody::new(
+            upstream(vec![Ok("{\"ok\":true}")]),
+            load.acquire(),
+            false,
+            Duration::from_secs(3),
+            completion(),
+        );
+        let bytes = (&mut body).collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"{\"ok\":true}");
+        assert!(body.idle_timer.is_none());
+        assert_eq!(load.outstanding(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_limit_counts_each_wait_not_the_whole_stream() {
+        let load = PodLoad::new();
+        // Three chunks 2 s apart: 6 s in all, but no single wait reaches the 3 s limit.
+        let slow = StreamBody::new(stream::unfold(0u8, |sent| async move {
+            if sent == 3 {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            Some((
+                Ok::<_, String>(Frame::data(Bytes::from("data: x\n\n"))),
+                sent + 1,
+            ))
+        }));
+        let body = GuardedBody::new(
+            Box::pin(slow),
+            load.acquire(),
+            true,
+            Duration::from_secs(3),
+            completion(),
+        );
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"data: x\n\ndata: x\n\ndata: x\n\n");
         assert_eq!(load.outstanding(), 0);
     }
 }

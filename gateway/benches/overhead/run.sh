@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Gateway overhead, measured fairly: three separate processes (upstream, proxy, load tool),
+# the same load sent in one run straight to the upstream, through a minimal hyper forwarder
+# (the fair ceiling for any proxy here) and through prefixgate, taking turns so machine
+# noise hits all three alike. Also reports each proxy's CPU time per request, read from
+# /proc/PID/stat (user + system, all threads), which CPU sharing does not distort.
+#
+# Needs `wrk` (Debian: apt-get install -y wrk; a measurement tool, not a build dependency)
+# and release builds of the gateway binary and the two helper examples:
+#
+#   cargo build --release -p gateway --bin prefixgate --example fixed_upstream --example plain_forwarder
+#   gateway/benches/overhead/run.sh [SECONDS_PER_RUN] [ROUNDS] [CONCURRENCIES]
+#
+# Defaults: 5 s per run, 2 rounds, concurrencies "1 8 64". Release binaries are looked up in
+# $CARGO_TARGET_DIR/release (default target/release). PIN=1 pins the proxies to CPU 1 and the
+# upstream and wrk to CPU 0 (taskset). GATEWAY_BIN picks another prefixgate binary (to
+# compare builds). GATEWAY_ARGS adds flags to prefixgate, GATEWAY_ENV environment
+# settings (e.g. TOKIO_WORKER_THREADS=1). Raw rows go to
+# stdout as they finish, then one summary row per (case, concurrency, target).
+set -euo pipefail
+
+SECONDS_PER_RUN=${1:-5}
+ROUNDS=${2:-2}
+CONCURRENCIES=${3:-"1 8 64"}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
+GATEWAY_BIN=${GATEWAY_BIN:-$BIN/prefixgate}
+TICKS=$(getconf CLK_TCK)
+WORK=$(mktemp -d)
+PIDS=()
+
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+for needed in wrk "$GATEWAY_BIN" "$BIN/examples/fixed_upstream" "$BIN/examples/plain_forwarder"; do
+    command -v "$needed" >/dev/null || { echo "missing: $needed (see the header of $0)" >&2; exit 1; }
+done
+
+pin() { # pin CPU COMMAND...: run pinned when PIN=1 (exec: $! must be the measured process)
+    local cpu=$1; shift
+    if [[ "${PIN:-0}" == 1 ]]; then exec taskset -c "$cpu" "$@"; else exec "$@"; fi
+}
+
+# start NAME PATTERN COMMAND...: starts a process, waits (bounded) for PATTERN + URL in its
+# output, and sets $STARTED_URL and $STARTED_PID.
+start() {
+    local name=$1 pattern=$2; shift 2
+    "$@" >"$WORK/$name.log" 2>&1 &
+    STARTED_PID=$!
+    PIDS+=("$STARTED_PID")
+    for _ in $(seq 1 100); do
+        STARTED_URL=$(grep -o "$pattern http://[0-9.:]*" "$WORK/$name.log" 2>/dev/null | head -1 | awk '{print $NF}') || true
+        [[ -n "$STARTED_URL" ]] && return 0
+        sleep 0.1
+    done
+    echo "$name did not start:" >&2; cat "$WORK/$name.log" >&2; exit 1
+}
+
+cpu_ticks() { # user + system ticks of a process, all threads
+    awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+start upstream upstream pin 0 "$BIN/examples/fixed_upstream" 127.0.0.1:0
+UPSTREAM=$STARTED_URL; UPSTREAM_PID=$STARTED_PID
+start forwarder forwarder pin 1 "$BIN/examples/plain_forwarder" 127.0.0.1:0 "${UPSTREAM#http://}"
+FORWARDER=$STARTED_URL; FORWARDER_PID=$STARTED_PID
+# shellcheck disable=SC2086
+start gateway "listening on" pin 1 env ${GATEWAY_ENV:-} "$GATEWAY_BIN" --backend "fixed=$UPSTREAM" \
+    --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --no-engine-scrape ${GATEWAY_ARGS:-}
+GATEWAY=$STARTED_URL; GATEWAY_PID=$STARTED_PID
+# The gateway learns the upstream's model in its first health round; wait for it (bounded).
+for _ in $(seq 1 50); do
+    curl -sf "$GATEWAY/ready" >/dev/null && break
+    sleep 0.1
+done
+
+echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg), PIN=${PIN:-0}"
+echo "# upstream $UPSTREAM, forwarder $FORWARDER, gateway $GATEWAY; ${SECONDS_PER_RUN}s per run, $ROUNDS rounds"
+printf 'case\tc\ttarget\trequests\trps\tp50_us\tp99_us\tproxy_cpu_us_per_req\tupstream_cpu_us_per_req\tnon2xx\n'
+RESULTS=$WORK/results.tsv
+
+to_us() { # wrk latency ("85.00us", "1.20ms", "2.00s") to microseconds
+    awk -v v="$1" 'BEGIN {
+        n = v + 0
+        if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else if (v ~ /s$/) print n * 1000000; else print n }'
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+    for case in chat chat_sse; do
+        for c in $CONCURRENCIES; do
+            for target in direct forwarder gateway; do
+                case $target in
+                    direct) url=$UPSTREAM; pid="" ;;
+                    forwarder) url=$FORWARDER; pid=$FORWARDER_PID ;;
+                    gateway) url=$GATEWAY; pid=$GATEWAY_PID ;;
+                esac
+                before=0; [[ -n "$pid" ]] && before=$(cpu_ticks "$pid")
+                up_before=$(cpu_ticks "$UPSTREAM_PID")
+                out=$( (pin 0 wrk -t1 -c"$c" -d"${SECONDS_PER_RUN}s" --latency \
+                    -s "$HERE/$case.lua" "$url/v1/chat/completions") )
+                after=0; [[ -n "$pid" ]] && after=$(cpu_ticks "$pid")
+                up_after=$(cpu_ticks "$UPSTREAM_PID")
+                requests=$(echo "$out" | awk '/requests in/ {print $1}')
+                rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+                p50=$(to_us "$(echo "$out" | awk '$1 == "50%" {print $2}')")
+                p99=$(to_us "$(echo "$out" | awk '$1 == "99%" {print $2}')")
+                non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
+                cpu=$(awk -v d=$((after - before)) -v t="$TICKS" -v n="$requests" \
+                    'BEGIN { printf "%.1f", (n > 0 ? d / t * 1e6 / n : 0) }')
+                up_cpu=$(awk -v d=$((up_after - up_before)) -v t="$TICKS" -v n="$requests" \
+                    'BEGIN { printf "%.1f", (n > 0 ? d / t * 1e6 / n : 0) }')
+                row=$(printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s' "$case" "$c" "$target" \
+                    "$requests" "$rps" "$p50" "$p99" "$cpu" "$up_cpu" "${non2xx:-0}")
+                echo "$row" | tee -a "$RESULTS"
+            done
+        done
+    done
+done
+
+echo
+echo "# summary over $ROUNDS rounds: mean rps and p50/p99, CPU per request over all requests;"
+echo "# ratio = target rps / direct rps, added = target p50 - direct p50"
+printf 'case\tc\ttarget\trps\tratio\tp50_us\tadded_p50_us\tp99_us\tproxy_cpu_us_per_req\n'
+awk -F'\t' -v rounds="$ROUNDS" '
+    { key = $1 "\t" $2 "\t" $3; if (!(key in n)) order[++k] = key
+      n[key]++; req[key] += $4; rps[key] += $5; p50[key] += $6; p99[key] += $7
+      cpu[key] += $8 * $4 }
+    END {
+        for (i = 1; i <= k; i++) {
+            key = order[i]; split(key, f, "\t"); d = f[1] "\t" f[2] "\tdirect"
+            printf "%s\t%.0f\t%.2f\t%.0f\t%+.0f\t%.0f\t%.1f\n", key, rps[key] / n[key],
+                rps[key] / rps[d], p50[key] / n[key], p50[key] / n[key] - p50[d] / n[d],
+                p99[key] / n[key], (req[key] > 0 ? cpu[key] / req[key] : 0)
+        }
+    }' "$RESULTS"
