@@ -24,6 +24,27 @@ pub const MATCH_PERCENT: HeaderName = HeaderName::from_static("x-prefixgate-matc
 /// cannot make the gateway log or forward arbitrarily large values.
 const MAX_REQUEST_ID_LEN: usize = 128;
 
+/// Decimal text of 0 to 100 (outstanding counts and match percents are nearly always in that
+/// range), so those per-response headers are built without allocating.
+#[rustfmt::skip]
+const SMALL_NUMBERS: [&str; 101] = [
+    "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15",
+    "16", "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31",
+    "32", "33", "34", "35", "36", "37", "38", "39", "40", "41", "42", "43", "44", "45", "46", "47",
+    "48", "49", "50", "51", "52", "53", "54", "55", "56", "57", "58", "59", "60", "61", "62", "63",
+    "64", "65", "66", "67", "68", "69", "70", "71", "72", "73", "74", "75", "76", "77", "78", "79",
+    "80", "81", "82", "83", "84", "85", "86", "87", "88", "89", "90", "91", "92", "93", "94", "95",
+    "96", "97", "98", "99", "100",
+];
+
+/// A header value holding `n` in decimal.
+fn number_value(n: u64) -> HeaderValue {
+    match usize::try_from(n).ok().and_then(|i| SMALL_NUMBERS.get(i)) {
+        Some(text) => HeaderValue::from_static(text),
+        None => HeaderValue::from(n),
+    }
+}
+
 /// The client's `x-request-id` when it is a sane visible-ASCII value, else a fresh UUID v4.
 pub fn request_id(headers: &HeaderMap) -> HeaderValue {
     if let Some(value) = headers.get(&X_REQUEST_ID) {
@@ -115,12 +136,9 @@ pub fn set_routing_headers(
     if let Ok(value) = HeaderValue::from_str(pod_authority) {
         out.insert(TARGET_POD_IP, value);
     }
-    out.insert(
-        OUTSTANDING,
-        HeaderValue::from(decision.outstanding_at_selection),
-    );
+    out.insert(OUTSTANDING, number_value(decision.outstanding_at_selection));
     if let Some(percent) = decision.match_percent {
-        out.insert(MATCH_PERCENT, HeaderValue::from(u16::from(percent)));
+        out.insert(MATCH_PERCENT, number_value(u64::from(percent)));
     }
 }
 
@@ -168,6 +186,13 @@ mod tests {
         assert!(out.get(header::CONNECTION).is_none());
         assert!(out.get(header::HOST).is_none());
         assert!(out.get(header::CONTENT_LENGTH).is_none());
+    }
+
+    #[test]
+    fn numbers_are_their_decimal_text_inside_and_outside_the_table() {
+        for n in (0..=150).chain([999, u64::MAX]) {
+            assert_eq!(number_value(n), n.to_string().as_str(), "{n}");
+        }
     }
 
     #[test]

@@ -60,27 +60,25 @@ pub fn pick(
     exclude: &[Arc<Replica>],
 ) -> Result<Picked, GatewayError> {
     let snapshot = state.replicas.snapshot();
-    let serving: Vec<&Arc<Replica>> = snapshot
-        .iter()
-        .filter(|r| r.serves(&fields.model))
-        .collect();
-    if serving.is_empty() {
+    // One pass and one vector: this runs for every request, and the chosen replica is found
+    // again by its load view below rather than kept in a second vector.
+    let mut serving = false;
+    let mut candidates: Vec<Candidate<'_>> = Vec::with_capacity(snapshot.len());
+    for replica in snapshot.iter().filter(|r| r.serves(&fields.model)) {
+        serving = true;
+        if replica.is_ready() && !exclude.iter().any(|x| Arc::ptr_eq(x, replica)) {
+            candidates.push(Candidate {
+                name: replica.name(),
+                load: replica.load(),
+            });
+        }
+    }
+    if !serving {
         return Err(GatewayError::UnknownModel(fields.model.clone()));
     }
-    let ready: Vec<&Arc<Replica>> = serving
-        .into_iter()
-        .filter(|r| r.is_ready() && !exclude.iter().any(|x| Arc::ptr_eq(x, r)))
-        .collect();
-    if ready.is_empty() {
+    if candidates.is_empty() {
         return Err(GatewayError::NoReadyReplica(fields.model.clone()));
     }
-    let candidates: Vec<Candidate<'_>> = ready
-        .iter()
-        .map(|r| Candidate {
-            name: r.name(),
-            load: r.load(),
-        })
-        .collect();
     let request = RouteRequest {
         model: &fields.model,
         text: &fields.text,
@@ -99,7 +97,16 @@ pub fn pick(
             state
                 .metrics
                 .record_decision(&fields.model, &routed.decision, latency);
-            let replica = Arc::clone(ready[routed.decision.pod]);
+            // The decision indexes `candidates`; the replica is the one owning that load view
+            // (found by identity, not by re-reading readiness, which may have changed since).
+            let chosen = candidates.get(routed.decision.pod).map(|c| c.load);
+            let Some(replica) = snapshot
+                .iter()
+                .find(|r| chosen.is_some_and(|load| Arc::ptr_eq(r.load(), load)))
+                .map(Arc::clone)
+            else {
+                return Err(GatewayError::NoReadyReplica(fields.model.clone()));
+            };
             Ok(Picked {
                 replica,
                 decision: routed.decision,
@@ -121,6 +128,72 @@ pub fn pick(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::{Clock, RequestSettings};
+    use crate::metrics::Metrics;
+    use crate::proxy::upstream_client;
+    use crate::replicas::Replicas;
+    use std::time::Duration;
+
+    fn state(replicas: Vec<Arc<Replica>>) -> AppState {
+        AppState {
+            admission: crate::admit::Admission::new(Default::default()).unwrap(),
+            router: router_core::Router::new(router_core::RouterConfig::default()).unwrap(),
+            replicas: Arc::new(Replicas::new(replicas)),
+            metrics: Metrics::new().unwrap(),
+            client: upstream_client(Duration::from_secs(1), Duration::from_secs(1)),
+            settings: RequestSettings {
+                default_strategy: Strategy::LeastRequest,
+                max_body_bytes: 1024,
+                first_byte_timeout: Duration::from_secs(1),
+                idle_timeout: Duration::from_secs(1),
+                max_retries: 0,
+                eject_after_failures: 1,
+            },
+            clock: Clock::new(),
+        }
+    }
+
+    fn fields(model: &str) -> RoutingFields {
+        router_core::text::routing_fields(
+            Endpoint::Completions,
+            format!(r#"{{"model":"{model}","prompt":"hi"}}"#).as_bytes(),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn picks_only_ready_untried_replicas_of_the_model_and_counts_against_them() {
+        let other = Arc::new(Replica::new("other", "127.0.0.1:1", vec!["x".into()]));
+        let down = Arc::new(Replica::new("down", "127.0.0.1:2", vec!["m".into()]));
+        let a = Arc::new(Replica::new("a", "127.0.0.1:3", vec!["m".into()]));
+        let b = Arc::new(Replica::new("b", "127.0.0.1:4", vec!["m".into()]));
+        down.report_failure(1);
+        let state = state(vec![other, down, a.clone(), b.clone()]);
+        let mut held = Vec::new();
+        for _ in 0..6 {
+            let picked = pick(&state, Strategy::LeastRequest, &fields("m"), &[]).unwrap();
+            // The replica handed back is the one the decision names and counts against.
+            assert_eq!(picked.replica.name(), picked.decision.pod_name);
+            assert!(["a", "b"].contains(&picked.replica.name()));
+            held.push(picked);
+        }
+        assert_eq!((a.load().outstanding(), b.load().outstanding()), (3, 3));
+        let only_b = pick(
+            &state,
+            Strategy::Random,
+            &fields("m"),
+            std::slice::from_ref(&a),
+        )
+        .unwrap();
+        assert_eq!(only_b.replica.name(), "b");
+        let error = pick(&state, Strategy::Random, &fields("m"), &[a, b]).unwrap_err();
+        assert!(
+            matches!(error, GatewayError::NoReadyReplica(_)),
+            "{error:?}"
+        );
+        let error = pick(&state, Strategy::Random, &fields("y"), &[]).unwrap_err();
+        assert!(matches!(error, GatewayError::UnknownModel(_)), "{error:?}");
+    }
 
     fn with_header(value: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();

@@ -149,8 +149,26 @@ async fn send(
     body: Bytes,
     request_id: &HeaderValue,
 ) -> Result<Response<Incoming>, AttemptError> {
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let uri = format!("http://{}{}", replica.authority(), path);
+    // Built from parts: the client's path is shared, not copied, and only the authority is
+    // parsed (no formatted string to parse again).
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(http::uri::Scheme::HTTP);
+    uri.authority = Some(
+        replica
+            .authority()
+            .parse()
+            .map_err(|e| AttemptError::Retryable {
+                reason: format!("bad replica address {:?}: {e}", replica.authority()),
+                connect: false,
+            })?,
+    );
+    uri.path_and_query = Some(
+        parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+    );
     let mut request = Request::builder()
         .method(parts.method.clone())
         .uri(uri)

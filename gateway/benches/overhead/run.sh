@@ -14,7 +14,8 @@
 # Defaults: 5 s per run, 2 rounds, concurrencies "1 8 64". Release binaries are looked up in
 # $CARGO_TARGET_DIR/release (default target/release). PIN=1 pins the proxies to CPU 1 and the
 # upstream and wrk to CPU 0 (taskset). GATEWAY_BIN picks another prefixgate binary (to
-# compare builds). GATEWAY_ARGS adds flags to prefixgate, GATEWAY_ENV environment
+# compare builds); BASELINE_BIN adds a second prefixgate, measured as target `baseline` in
+# the same run (e.g. the build before a change). GATEWAY_ARGS adds flags to prefixgate, GATEWAY_ENV environment
 # settings (e.g. TOKIO_WORKER_THREADS=1). Raw rows go to
 # stdout as they finish, then one summary row per (case, concurrency, target).
 set -euo pipefail
@@ -72,10 +73,20 @@ FORWARDER=$STARTED_URL; FORWARDER_PID=$STARTED_PID
 start gateway "listening on" pin 1 env ${GATEWAY_ENV:-} "$GATEWAY_BIN" --backend "fixed=$UPSTREAM" \
     --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --no-engine-scrape ${GATEWAY_ARGS:-}
 GATEWAY=$STARTED_URL; GATEWAY_PID=$STARTED_PID
+TARGETS="direct forwarder gateway"
+if [[ -n "${BASELINE_BIN:-}" ]]; then
+    # shellcheck disable=SC2086
+    start baseline "listening on" pin 1 env ${GATEWAY_ENV:-} "$BASELINE_BIN" --backend "fixed=$UPSTREAM" \
+        --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --no-engine-scrape ${GATEWAY_ARGS:-}
+    BASELINE=$STARTED_URL; BASELINE_PID=$STARTED_PID
+    TARGETS="$TARGETS baseline"
+fi
 # The gateway learns the upstream's model in its first health round; wait for it (bounded).
-for _ in $(seq 1 50); do
-    curl -sf "$GATEWAY/ready" >/dev/null && break
-    sleep 0.1
+for url in "$GATEWAY" "${BASELINE:-$GATEWAY}"; do
+    for _ in $(seq 1 50); do
+        curl -sf "$url/ready" >/dev/null && break
+        sleep 0.1
+    done
 done
 
 echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg), PIN=${PIN:-0}"
@@ -92,11 +103,12 @@ to_us() { # wrk latency ("85.00us", "1.20ms", "2.00s") to microseconds
 for round in $(seq 1 "$ROUNDS"); do
     for case in chat chat_sse; do
         for c in $CONCURRENCIES; do
-            for target in direct forwarder gateway; do
+            for target in $TARGETS; do
                 case $target in
                     direct) url=$UPSTREAM; pid="" ;;
                     forwarder) url=$FORWARDER; pid=$FORWARDER_PID ;;
                     gateway) url=$GATEWAY; pid=$GATEWAY_PID ;;
+                    baseline) url=$BASELINE; pid=$BASELINE_PID ;;
                 esac
                 before=0; [[ -n "$pid" ]] && before=$(cpu_ticks "$pid")
                 up_before=$(cpu_ticks "$UPSTREAM_PID")
