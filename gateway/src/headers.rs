@@ -109,8 +109,13 @@ pub fn upstream_request_headers(client: &HeaderMap, request_id: &HeaderValue) ->
     out
 }
 
-/// Copies an upstream response's headers, minus hop-by-hop ones, into `out`.
+/// How many headers [`set_routing_headers`] adds at most.
+const ROUTING_HEADERS: usize = 6;
+
+/// Copies an upstream response's headers, minus hop-by-hop ones, into `out`, with room
+/// reserved for the routing headers so the map is allocated once.
 pub fn copy_response_headers(upstream: &HeaderMap, out: &mut HeaderMap) {
+    out.reserve(upstream.len() + ROUTING_HEADERS);
     for (name, value) in upstream {
         if !is_hop_by_hop(name) {
             out.append(name.clone(), value.clone());
@@ -220,5 +225,7 @@ mod tests {
         assert_eq!(out.get(&OUTSTANDING).unwrap(), "3");
         assert_eq!(out.get(&MATCH_PERCENT).unwrap(), "42");
         assert_eq!(out.get(&REQUEST_ID).unwrap(), "rid");
+        // The reservation in `copy_response_headers` covers every routing header.
+        assert_eq!(out.len(), ROUTING_HEADERS);
     }
 }
