@@ -166,11 +166,21 @@ pub struct Cli {
     pub stddev_factor: Option<u64>,
 }
 
+/// Shown after `route-replay --help`: where its router settings come from.
+const REPLAY_AFTER_HELP: &str = "\
+The router (tokenizer, block size, hash seed, thresholds, default strategy) is configured as
+for serving: --config FILE, the AIBrix environment variables, and the flags of
+`prefixgate --help`, given before the subcommand:
+  AIBRIX_PREFIX_CACHE_BLOCK_SIZE=4 prefixgate --hash-seed 0 route-replay --trace t.jsonl --seed 1
+A line that cannot be replayed prints {\"error\":…,\"line\":N} in its place; the exit status is
+then 1.";
+
 /// The subcommands; serving is the default when none is given.
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Replay a JSONL trace of routing requests offline and print one decision per line
     /// (format: docs/ROUTING.md, "Replaying decisions").
+    #[command(after_help = REPLAY_AFTER_HELP)]
     RouteReplay(RouteReplayArgs),
 }
 
@@ -416,6 +426,14 @@ mod tests {
         assert_eq!(replay.resolve(|_| None).unwrap().routing.block_size, 4);
         let error = Cli::try_parse_from(["prefixgate", "route-replay", "--seed", "x"]).unwrap_err();
         assert!(error.to_string().contains("--seed"), "{error}");
+        use clap::CommandFactory;
+        let mut command = Cli::command();
+        let help = command
+            .find_subcommand_mut("route-replay")
+            .unwrap()
+            .render_help()
+            .to_string();
+        assert!(help.contains("given before the subcommand"), "{help}");
     }
 
     #[test]
