@@ -5,8 +5,11 @@
 //! earliest of them, and turns the tokens that come out into the same [`RequestRecord`]s the
 //! live runner writes. Routed requests hold the router's outstanding guard until their last
 //! token, as the gateway's response body does, so the counts the policies see behave as in
-//! the live path. At equal times, tokens are processed before arrivals (a request that
-//! finishes at `t` is no longer outstanding for one that arrives at `t`).
+//! the live path: the first token releases the request's pending prefill
+//! (`OutstandingGuard::first_token`), and each scrape tick publishes the engine's
+//! running/waiting/KV gauges to its `PodLoad`, as the gateway's engine scrape does. At equal
+//! times, tokens are processed before arrivals (a request that finishes at `t` is no longer
+//! outstanding for one that arrives at `t`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,13 +17,19 @@ use std::sync::Arc;
 use mock_engine::model::{EngineModel, EngineProfile, EngineRequest, FinishReason, RequestId};
 use rand::rngs::StdRng;
 use router_core::{
-    Candidate, Decision, OutstandingGuard, PodLoad, RouteError, RouteRequest, Router, Strategy,
+    Candidate, Decision, EngineStats, OutstandingGuard, PodLoad, RouteError, RouteRequest, Router,
+    Strategy,
 };
 
 use crate::measure::{EngineCounters, ErrorClass, Peaks, RequestRecord, Usage};
 
 /// Seconds between two scrapes of the engines' gauges (the live runner's period).
 pub const SCRAPE_PERIOD: f64 = 0.25;
+
+/// A gauge as the engine's `/metrics` would print it, clamped to the scrape's integer type.
+fn saturating_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX - 1)
+}
 
 /// Bounds on one `drive` call, so a model bug shows up as an error, never as a hang.
 const MAX_EVENTS: u64 = 20_000_000;
@@ -227,6 +236,11 @@ impl SimCluster {
                     let record = &mut entry.record;
                     if out.index == 0 {
                         record.first_content = Some(out.at);
+                        // The gateway's response body ends the request's pending prefill at
+                        // its first byte; the simulator's policies must see the same signal.
+                        if let Some(guard) = flight.guard.as_mut() {
+                            guard.first_token();
+                        }
                     }
                     record.last_token = Some(out.at);
                     record.usage = Some(Usage {
@@ -248,8 +262,15 @@ impl SimCluster {
             if let Some(peaks) = peaks.as_deref_mut()
                 && next_scrape <= self.now
             {
-                for (p, e) in peaks.iter_mut().zip(&self.engines) {
+                for ((p, e), load) in peaks.iter_mut().zip(&self.engines).zip(&self.loads) {
                     p.observe(e.num_waiting() as f64, e.num_running() as f64, e.kv_usage());
+                    // The gateway scrapes each engine's `/metrics` on the same period
+                    // (`engine_scrape.interval_ms` = 250) into its `PodLoad`.
+                    load.set_engine_stats(EngineStats {
+                        running: saturating_u32(e.num_running()),
+                        waiting: saturating_u32(e.num_waiting()),
+                        kv_usage: e.kv_usage(),
+                    });
                 }
                 next_scrape += SCRAPE_PERIOD;
             }
