@@ -15,7 +15,9 @@
 # $CARGO_TARGET_DIR/release (default target/release). PIN=1 pins the proxies to CPU 1 and the
 # upstream and wrk to CPU 0 (taskset). GATEWAY_BIN picks another prefixgate binary (to
 # compare builds); BASELINE_BIN adds a second prefixgate, measured as target `baseline` in
-# the same run (e.g. the build before a change). GATEWAY_ARGS adds flags to prefixgate, GATEWAY_ENV environment
+# the same run (e.g. the build before a change). UPSTREAM_KIND=mock puts mock-engine (profile
+# $MOCK_PROFILE, default fast; build it with `cargo build --release -p mock-engine`) behind
+# all three instead of the fixed-answer upstream. GATEWAY_ARGS adds flags to prefixgate, GATEWAY_ENV environment
 # settings (e.g. TOKIO_WORKER_THREADS=1). Raw rows go to
 # stdout as they finish, then one summary row per (case, concurrency, target).
 set -euo pipefail
@@ -65,7 +67,14 @@ cpu_ticks() { # user + system ticks of a process, all threads
     awk '{print $14 + $15}' "/proc/$1/stat"
 }
 
-start upstream upstream pin 0 "$BIN/examples/fixed_upstream" 127.0.0.1:0
+if [[ "${UPSTREAM_KIND:-fixed}" == mock ]]; then
+    # A simulated vLLM replica instead: its own per-request work (tokenizing, the engine
+    # model's steps) makes the proxy's share of the time smaller, as a real engine would.
+    start upstream fixed pin 0 "$BIN/mock-engine" --profile "${MOCK_PROFILE:-fast}" \
+        --listen 127.0.0.1:0 --name fixed
+else
+    start upstream upstream pin 0 "$BIN/examples/fixed_upstream" 127.0.0.1:0
+fi
 UPSTREAM=$STARTED_URL; UPSTREAM_PID=$STARTED_PID
 start forwarder forwarder pin 1 "$BIN/examples/plain_forwarder" 127.0.0.1:0 "${UPSTREAM#http://}"
 FORWARDER=$STARTED_URL; FORWARDER_PID=$STARTED_PID
