@@ -211,13 +211,15 @@ impl Metrics {
         })
     }
 
-    /// Records a routing decision. Only `prefix-cache` decisions that consulted the index
-    /// (`selection` set) move the AIBrix counters; that excludes other policies and the
-    /// single-pod short-circuit.
+    /// Records a routing decision. Decisions of prefix-aware policies (`prefix-cache` and
+    /// `prefix-load`) that consulted the index (`selection` set) move the AIBrix counters;
+    /// that excludes `random`, `least-request` and the single-pod short-circuit.
+    ///
+    /// `prefix-load` moves them too so that its phases can be read with the same dashboards
+    /// (it adds the `cost_model` selection label); an A/B comparison reads the counters'
+    /// deltas per phase, one strategy at a time, as the load generator does.
     pub fn record_decision(&self, model: &str, decision: &Decision, latency: Duration) {
-        // AIBrix's counters describe its prefix-cache router; other prefix-aware policies
-        // (prefix-load) must not blur an A/B comparison against it.
-        if decision.strategy != router_core::Strategy::PrefixCache {
+        if !decision.strategy.uses_prefix_index() {
             return;
         }
         let (Some(selection), Some(bucket)) = (decision.selection, decision.bucket()) else {
@@ -394,6 +396,22 @@ mod tests {
             !text.contains("aibrix_prefix_cache_routing_latency_seconds_count{"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn prefix_load_decisions_move_the_aibrix_counters_with_their_own_label() {
+        let metrics = Metrics::new().unwrap();
+        let mut d = decision(Some(Selection::CostModel), Some(40), true);
+        d.strategy = Strategy::PrefixLoad;
+        metrics.record_decision("m", &d, Duration::from_micros(5));
+        let text = metrics.render(&[]);
+        for line in [
+            r#"aibrix_prefix_cache_routing_decisions_total{match_percent_bucket="26-50",model="m",using_kv_sync="false"} 1"#,
+            r#"aibrix_prefix_cache_routing_selection_total{model="m",selection="cost_model",using_kv_sync="false"} 1"#,
+            r#"aibrix_prefix_cache_load_imbalance_total{model="m",using_kv_sync="false"} 1"#,
+        ] {
+            assert!(text.contains(line), "missing {line}\n{text}");
+        }
     }
 
     #[test]
