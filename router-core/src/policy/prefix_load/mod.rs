@@ -30,10 +30,10 @@
 //!   copy must share a busy engine.
 //!
 //! So a cached pod with spare room wins (its prefill term is small), a hot prefix's owner
-//! loses to an idle pod once it carries `idle_prefill_weight` requests, and to a busy pod
-//! once its extra work outweighs `prefill_weight` prefills of the prefix (then both hold it
-//! and load decides between them), and a cold family stays with its first pod while loads
-//! are within `prefill_weight` prompts of each other.
+//! loses to an idle pod once it carries more than `idle_prefill_weight` requests' work, and
+//! to a busy pod once its extra work outweighs `prefill_weight` prefills of the prefix (then
+//! both hold it and load decides between them), and a cold family stays with its first pod
+//! while loads are within `prefill_weight` prompts of each other.
 //!
 //! With no full block (an empty or short prompt) nothing can be cached: the choice is by
 //! outstanding count, as `least-request`.
@@ -112,9 +112,10 @@ pub fn uncached_blocks(blocks: u64, percent: u8) -> u64 {
 /// The estimated cost of sending a request that must prefill `uncached` blocks to `load`.
 pub fn pod_cost(load: &PodLoad, uncached: u64, weights: &PrefixLoadConfig) -> f64 {
     let active = load.active_blocks() as f64;
-    // On a pod with nothing outstanding the prefill shares no step and delays no one: it
-    // costs only this request's own time, so a hot prefix is copied there early, while the
-    // copy is fast, rather than once its owner saturates and every pod is busy.
+    // On a pod with nothing outstanding the prefill shares no step and delays no one already
+    // there: it costs about its own time (and the wait of the next arrival behind it), so a
+    // hot prefix is copied there early, while the copy is fast, rather than once its owner
+    // saturates and every pod is busy.
     let prefill_weight = if load.outstanding() == 0 {
         weights.idle_prefill_weight
     } else {
