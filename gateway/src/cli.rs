@@ -54,7 +54,7 @@ pub struct Cli {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
     /// Strategy for requests without a routing-strategy header: random, least-request,
-    /// prefix-cache, prefix-load [default: least-request].
+    /// prefix-cache, prefix-load [default: prefix-load].
     #[arg(long, value_name = "NAME")]
     pub default_strategy: Option<String>,
     /// A static replica, NAME=http://HOST:PORT (repeatable; replaces the file's [[backends]]).
@@ -319,7 +319,7 @@ mod tests {
     fn defaults_without_flags() {
         let config = parse(&[]).resolve(|_| None).unwrap();
         assert_eq!(config, GatewayConfig::default());
-        assert_eq!(config.default_strategy, "least-request");
+        assert_eq!(config.default_strategy, "prefix-load");
         assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(config.metrics_listen.to_string(), "127.0.0.1:9090");
     }

@@ -65,7 +65,7 @@ impl Default for GatewayConfig {
         GatewayConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
-            default_strategy: Strategy::LeastRequest.as_str().to_owned(),
+            default_strategy: Strategy::PrefixLoad.as_str().to_owned(),
             max_body_bytes: 8 * 1024 * 1024,
             shutdown_grace_secs: 30,
             upstream: UpstreamConfig::default(),
