@@ -30,6 +30,7 @@ prefix-load weights (the [routing.prefix_load] table):
   PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT
   PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT
   PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT
+  PREFIXGATE_PREFIX_LOAD_IDLE_PREFILL_WEIGHT
 
 Every key of the file, with its flag and variable: config/gateway.example.toml.";
 
@@ -149,6 +150,10 @@ pub struct Cli {
     /// prefix-load: cost of one request waiting in the engine [default: 2.0].
     #[arg(long, value_name = "W")]
     pub prefix_load_waiting_weight: Option<f64>,
+    /// prefix-load: cost of one block to prefill on a pod with nothing outstanding
+    /// [default: 2.0].
+    #[arg(long, value_name = "W")]
+    pub prefix_load_idle_prefill_weight: Option<f64>,
     /// Prefix block size in bytes of the tokenizer's stream [default: 128].
     #[arg(long, value_name = "BYTES")]
     pub block_size: Option<usize>,
@@ -295,6 +300,10 @@ impl Cli {
         set(
             &mut weights.waiting_weight,
             &self.prefix_load_waiting_weight,
+        );
+        set(
+            &mut weights.idle_prefill_weight,
+            &self.prefix_load_idle_prefill_weight,
         );
         set(&mut config.routing.block_size, &self.block_size);
         set(&mut config.routing.hash_seed, &self.hash_seed);

@@ -42,16 +42,12 @@ impl Default for PrefixLoadConfig {
 }
 
 /// The environment variables [`PrefixLoadConfig::apply_env`] reads, in `--help` order.
-pub const PREFIX_LOAD_ENV_NAMES: [&str; 3] = [
+pub const PREFIX_LOAD_ENV_NAMES: [&str; 4] = [
     "PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT",
+    "PREFIXGATE_PREFIX_LOAD_IDLE_PREFILL_WEIGHT",
 ];
-
-/// The variable for `idle_prefill_weight`, also read by [`PrefixLoadConfig::apply_env`]. Kept
-/// out of [`PREFIX_LOAD_ENV_NAMES`] until the gateway's `--help` text lists it (the gateway's
-/// help test checks every name of that array).
-pub const PREFIX_LOAD_IDLE_PREFILL_WEIGHT_ENV: &str = "PREFIXGATE_PREFIX_LOAD_IDLE_PREFILL_WEIGHT";
 
 /// Largest accepted weight: beyond it one term swamps the others entirely, which a user
 /// should ask for by zeroing the others instead.
@@ -64,8 +60,7 @@ impl PrefixLoadConfig {
         &mut self,
         lookup: &impl Fn(&str) -> Option<String>,
     ) -> Result<(), ConfigError> {
-        let [prefill, pending, waiting] = PREFIX_LOAD_ENV_NAMES;
-        let idle = PREFIX_LOAD_IDLE_PREFILL_WEIGHT_ENV;
+        let [prefill, pending, waiting, idle] = PREFIX_LOAD_ENV_NAMES;
         for (name, field) in [
             (prefill, &mut self.prefill_weight),
             (pending, &mut self.pending_weight),
@@ -145,10 +140,7 @@ mod tests {
 
     #[test]
     fn invalid_values_name_the_variable() {
-        for name in PREFIX_LOAD_ENV_NAMES
-            .into_iter()
-            .chain([PREFIX_LOAD_IDLE_PREFILL_WEIGHT_ENV])
-        {
+        for name in PREFIX_LOAD_ENV_NAMES {
             for value in ["-1", "NaN", "inf", "", "two", "1e7"] {
                 let err = with_env(&[(name, value)]).unwrap_err();
                 assert_eq!((err.key.as_str(), err.value.as_str()), (name, value));
