@@ -19,15 +19,12 @@ use super::live_request::{HttpClient, PhaseClock, chat_body, stream_request};
 use super::live_scrape::{engine_counters, gateway_scrape, scrape_peaks};
 use super::progress::PhaseProgress;
 use super::prom_text::routing_deltas;
-use super::setup::{HotSetup, PRIMING_MAX_TOKENS, Setup, phase_config};
+use super::setup::{PRIMING_MAX_TOKENS, Setup, hot_setup, phase_config};
 use crate::measure::{
     MatrixResult, PhaseOutcome, PhaseResult, ReplicaObservation, RequestRecord, Slo, is_good,
     summarize,
 };
-use crate::workload::{
-    Matrix, PhaseSpec, Priming, candidate_count, choose_hot_families, family_owners,
-    initial_owners, plan_requests,
-};
+use crate::workload::{Matrix, PhaseSpec, Priming, candidate_count, plan_requests};
 
 /// One replica as the live runner sees it.
 #[derive(Debug, Clone)]
@@ -368,22 +365,8 @@ impl LiveRunner {
                         let record = self.prime_one(&gateway, &text, route).await?;
                         owners.push(record.target_pod.unwrap_or_default());
                     }
-                    if let Some(choice) = choose_hot_families(&owners, &names, families) {
-                        return Ok(Setup {
-                            prefixes: choice
-                                .family_map
-                                .iter()
-                                .map(|&c| prefixes[c].clone())
-                                .collect(),
-                            initial_prefix_owners: family_owners(&choice.family_map, &owners),
-                            hot: Some(HotSetup {
-                                attempt: attempt + 1,
-                                candidates,
-                                initial_owners: initial_owners(&owners, &names),
-                                family_map: choice.family_map,
-                                hot_replica: choice.hot_replica,
-                            }),
-                        });
+                    if let Some(setup) = hot_setup(&prefixes, &owners, &names, families, attempt) {
+                        return Ok(setup);
                     }
                 }
                 Err(LiveError::NoBalancedSetup(phase.shape.max_setup_attempts))

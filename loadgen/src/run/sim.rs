@@ -13,17 +13,14 @@ use std::collections::BTreeMap;
 use mock_engine::model::EngineProfile;
 use router_core::{Router, RouterConfig};
 
-use super::setup::{HotSetup, PRIMING_MAX_TOKENS, Setup, phase_config};
+use super::setup::{PRIMING_MAX_TOKENS, Setup, hot_setup, phase_config};
 use super::sim_cluster::{Arrival, Served, SimCluster, SimError, Target};
 use crate::measure::{
     MatrixResult, Peaks, PhaseOutcome, PhaseResult, ReplicaObservation, RoutingTally, Slo,
     summarize,
 };
 use crate::workload::seeding::rng_for;
-use crate::workload::{
-    Matrix, PhaseSpec, Priming, candidate_count, choose_hot_families, family_owners,
-    initial_owners, plan_requests,
-};
+use crate::workload::{Matrix, PhaseSpec, Priming, candidate_count, plan_requests};
 
 /// Virtual seconds between two phases (the live harness's pause; keeps timelines readable).
 const PHASE_GAP: f64 = 10.0;
@@ -275,22 +272,8 @@ fn prime(
                     owners.push(served.record.target_pod.unwrap_or_default());
                 }
                 let names = cluster.names().to_vec();
-                if let Some(choice) = choose_hot_families(&owners, &names, families) {
-                    return Ok(Setup {
-                        prefixes: choice
-                            .family_map
-                            .iter()
-                            .map(|&c| prefixes[c].clone())
-                            .collect(),
-                        initial_prefix_owners: family_owners(&choice.family_map, &owners),
-                        hot: Some(HotSetup {
-                            attempt: attempt + 1,
-                            candidates,
-                            initial_owners: initial_owners(&owners, &names),
-                            family_map: choice.family_map,
-                            hot_replica: choice.hot_replica,
-                        }),
-                    });
+                if let Some(setup) = hot_setup(&prefixes, &owners, &names, families, attempt) {
+                    return Ok(setup);
                 }
             }
             Err(SimError::NoBalancedSetup(phase.shape.max_setup_attempts))
