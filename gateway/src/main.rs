@@ -47,7 +47,10 @@ fn route_replay(config: GatewayConfig, args: &RouteReplayArgs) -> anyhow::Result
 
 #[tokio::main]
 async fn serve(config: GatewayConfig) -> anyhow::Result<()> {
+    // Logs go to stderr, coloured only on a terminal, so redirected logs stay plain text.
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
