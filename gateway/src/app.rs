@@ -71,6 +71,30 @@ pub struct AppState {
     pub clock: Clock,
 }
 
+#[cfg(test)]
+impl AppState {
+    /// The state the unit tests share: the given replicas, the default router, `least-request`
+    /// by default, 1 s timeouts, a 1 KiB body limit and no retries.
+    pub(crate) fn for_tests(replicas: Vec<Arc<crate::replicas::Replica>>) -> AppState {
+        AppState {
+            admission: crate::admit::Admission::new(Default::default()).unwrap(),
+            router: router_core::Router::new(router_core::RouterConfig::default()).unwrap(),
+            replicas: Arc::new(Replicas::new(replicas)),
+            metrics: Metrics::new().unwrap(),
+            client: crate::proxy::upstream_client(Duration::from_secs(1), Duration::from_secs(1)),
+            settings: RequestSettings {
+                default_strategy: Strategy::LeastRequest,
+                max_body_bytes: 1024,
+                first_byte_timeout: Duration::from_secs(1),
+                idle_timeout: Duration::from_secs(1),
+                max_retries: 0,
+                eject_after_failures: 3,
+            },
+            clock: Clock::new(),
+        }
+    }
+}
+
 /// The OpenAI API listener's routes.
 pub fn app(state: Arc<AppState>) -> Router {
     Router::new()
@@ -164,28 +188,12 @@ async fn unknown_path(request: Request) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::upstream_client;
     use crate::replicas::Replica;
     use http_body_util::BodyExt;
     use tower::ServiceExt;
 
     fn state(replicas: Vec<Arc<Replica>>) -> Arc<AppState> {
-        Arc::new(AppState {
-            admission: crate::admit::Admission::new(Default::default()).unwrap(),
-            router: router_core::Router::new(router_core::RouterConfig::default()).unwrap(),
-            replicas: Arc::new(Replicas::new(replicas)),
-            metrics: Metrics::new().unwrap(),
-            client: upstream_client(Duration::from_secs(1), Duration::from_secs(1)),
-            settings: RequestSettings {
-                default_strategy: Strategy::LeastRequest,
-                max_body_bytes: 1024,
-                first_byte_timeout: Duration::from_secs(1),
-                idle_timeout: Duration::from_secs(1),
-                max_retries: 0,
-                eject_after_failures: 3,
-            },
-            clock: Clock::new(),
-        })
+        Arc::new(AppState::for_tests(replicas))
     }
 
     async fn call(router: Router, method: &str, path: &str, body: &str) -> (StatusCode, String) {

@@ -128,29 +128,9 @@ pub fn pick(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::{Clock, RequestSettings};
-    use crate::metrics::Metrics;
-    use crate::proxy::upstream_client;
-    use crate::replicas::Replicas;
-    use std::time::Duration;
 
     fn state(replicas: Vec<Arc<Replica>>) -> AppState {
-        AppState {
-            admission: crate::admit::Admission::new(Default::default()).unwrap(),
-            router: router_core::Router::new(router_core::RouterConfig::default()).unwrap(),
-            replicas: Arc::new(Replicas::new(replicas)),
-            metrics: Metrics::new().unwrap(),
-            client: upstream_client(Duration::from_secs(1), Duration::from_secs(1)),
-            settings: RequestSettings {
-                default_strategy: Strategy::LeastRequest,
-                max_body_bytes: 1024,
-                first_byte_timeout: Duration::from_secs(1),
-                idle_timeout: Duration::from_secs(1),
-                max_retries: 0,
-                eject_after_failures: 1,
-            },
-            clock: Clock::new(),
-        }
+        AppState::for_tests(replicas)
     }
 
     fn fields(model: &str) -> RoutingFields {
