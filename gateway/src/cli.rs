@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{BackendConfig, ConfigFileError, GatewayConfig};
+use crate::config::{BackendConfig, ConfigFileError, DiscoveryKind, GatewayConfig};
 use crate::replicas::static_::parse_backend_flag;
 
 /// Shown after the flags: what `--help` cannot say per flag.
@@ -61,6 +61,21 @@ pub struct Cli {
     /// A static replica, NAME=http://HOST:PORT (repeatable; replaces the file's [[backends]]).
     #[arg(long = "backend", value_name = "NAME=URL", value_parser = parse_backend_flag)]
     pub backends: Vec<BackendConfig>,
+    /// Where replicas come from: static (--backend, [[backends]], --mock-engines) or
+    /// kubernetes (pods labelled model.aibrix.ai/name, watched) [default: static].
+    #[arg(long, value_name = "KIND")]
+    pub discovery: Option<DiscoveryKind>,
+    /// Namespace of the pods to discover [default: the gateway pod's own, else default].
+    #[arg(long, value_name = "NS")]
+    pub k8s_namespace: Option<String>,
+    /// Kubernetes API server URL [default: in-cluster, from KUBERNETES_SERVICE_HOST];
+    /// http://127.0.0.1:8001 for `kubectl proxy` (plain HTTP, no token).
+    #[arg(long, value_name = "URL")]
+    pub k8s_api_server: Option<String>,
+    /// Discover only pods of this model (the model.aibrix.ai/name value; repeatable,
+    /// replaces the file's list) [default: every pod with the label].
+    #[arg(long = "k8s-model", value_name = "NAME")]
+    pub k8s_models: Vec<String>,
     /// Start N simulated vLLM replicas in-process on loopback (mock-0, mock-1, …).
     #[arg(long, value_name = "N")]
     pub mock_engines: Option<usize>,
@@ -230,6 +245,16 @@ impl Cli {
         set(&mut config.default_strategy, &self.default_strategy);
         if !self.backends.is_empty() {
             config.backends = self.backends.clone();
+        }
+        set(&mut config.discovery.kind, &self.discovery);
+        if self.k8s_namespace.is_some() {
+            config.discovery.namespace.clone_from(&self.k8s_namespace);
+        }
+        if self.k8s_api_server.is_some() {
+            config.discovery.api_server.clone_from(&self.k8s_api_server);
+        }
+        if !self.k8s_models.is_empty() {
+            config.discovery.models = self.k8s_models.clone();
         }
         set(&mut config.embedded.mock_engines, &self.mock_engines);
         set(&mut config.embedded.engine_profile, &self.engine_profile);
@@ -443,6 +468,45 @@ mod tests {
             .render_help()
             .to_string();
         assert!(help.contains("given before the subcommand"), "{help}");
+    }
+
+    #[test]
+    fn discovery_flags_override_the_file_and_bad_ones_are_named() {
+        let config = parse(&[
+            "--discovery",
+            "kubernetes",
+            "--k8s-namespace",
+            "llm",
+            "--k8s-api-server",
+            "http://127.0.0.1:8001",
+            "--k8s-model",
+            "a",
+            "--k8s-model",
+            "b",
+        ])
+        .resolve(|_| None)
+        .unwrap();
+        assert_eq!(config.discovery.kind, DiscoveryKind::Kubernetes);
+        assert_eq!(config.discovery.namespace.as_deref(), Some("llm"));
+        assert_eq!(
+            config.discovery.api_server.as_deref(),
+            Some("http://127.0.0.1:8001")
+        );
+        assert_eq!(config.discovery.models, ["a", "b"]);
+
+        let error = Cli::try_parse_from(["prefixgate", "--discovery", "dns"]).unwrap_err();
+        assert!(
+            error.to_string().contains("--discovery") && error.to_string().contains("dns"),
+            "{error}"
+        );
+        let error = parse(&["--discovery", "kubernetes", "--k8s-api-server", "ftp://x"])
+            .resolve(|_| None)
+            .unwrap_err();
+        assert!(error.to_string().contains("api_server"), "{error}");
+        let error = parse(&["--discovery", "kubernetes", "--mock-engines", "2"])
+            .resolve(|_| None)
+            .unwrap_err();
+        assert!(error.to_string().contains("mock_engines"), "{error}");
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! listeners plus background tasks, and [`GatewayHandle`] stops them gracefully.
 //!
 //! This is the library entry used by `main`, by the end-to-end tests and by loadgen's local
-//! runner. Start-up order: validate → router → replicas (embedded, then static) → one health
-//! round (so models are known) → background tasks (health, engine scrape, index sweep) →
-//! bind both listeners. Shutdown: stop accepting, let in-flight responses finish up to the
+//! runner. Start-up order: validate → router → replicas (embedded, then static; or the
+//! Kubernetes watch, waited for up to [`FIRST_POD_LIST_WAIT`]) → one health round (so models
+//! are known) → background tasks (health, engine scrape, index sweep) → bind both listeners. Shutdown: stop accepting, let in-flight responses finish up to the
 //! grace period, then cut the rest (their guards release as the bodies drop).
 
 use std::net::SocketAddr;
@@ -17,13 +17,17 @@ use tokio::task::JoinHandle;
 
 use crate::admit::Admission;
 use crate::app::{AppState, Clock, RequestSettings, app, metrics_app};
-use crate::config::{ConfigFileError, GatewayConfig};
+use crate::config::{ConfigFileError, DiscoveryKind, GatewayConfig};
 use crate::listener;
 use crate::metrics::{Metrics, MetricsError};
 use crate::proxy::upstream_client;
 use crate::replicas::embedded::{self, EmbeddedReplicas};
 use crate::replicas::health::{self, HealthSettings};
-use crate::replicas::{Replicas, engine_scrape, static_};
+use crate::replicas::{Replicas, engine_scrape, kubernetes, static_};
+
+/// How long start-up waits for the first pod list before serving without replicas (the
+/// watch keeps trying; `/ready` answers 503 until a pod is routable).
+pub const FIRST_POD_LIST_WAIT: Duration = Duration::from_secs(5);
 
 /// Why a gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +42,8 @@ pub enum StartError {
     Admission(String),
     #[error("cannot start embedded replicas: {0}")]
     Embedded(String),
+    #[error("cannot start Kubernetes discovery: {0}")]
+    Discovery(String),
     #[error("invalid backend: {0}")]
     Backend(String),
     #[error(
@@ -77,11 +83,29 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
         .await
         .map_err(StartError::Embedded)?;
     replicas.extend(static_::replicas(&config.backends).map_err(StartError::Backend)?);
-    if replicas.is_empty() {
+    let kubernetes = config.discovery.kind == DiscoveryKind::Kubernetes;
+    if replicas.is_empty() && !kubernetes {
         embedded.shutdown().await;
         return Err(StartError::NoReplicas);
     }
     let replicas = Arc::new(Replicas::new(replicas));
+    let mut background = Vec::new();
+    if kubernetes {
+        let mut discovery = kubernetes::spawn(
+            &config.discovery,
+            |key| std::env::var(key).ok(),
+            std::path::Path::new(kubernetes::api::SERVICE_ACCOUNT_DIR),
+            Arc::clone(&replicas),
+        )
+        .map_err(StartError::Discovery)?;
+        if !discovery.first_sync(FIRST_POD_LIST_WAIT).await {
+            tracing::warn!(
+                wait_secs = FIRST_POD_LIST_WAIT.as_secs(),
+                "no pod list yet; serving without replicas while discovery retries"
+            );
+        }
+        background.push(discovery.task);
+    }
     let client = upstream_client(
         config.connect_timeout(),
         Duration::from_secs(config.upstream.pool_idle_timeout_secs),
@@ -116,17 +140,31 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
             .await
             .map_err(|source| StartError::Bind { addr, source })
     };
-    let listener = bind(config.listen).await?;
-    let metrics_listener = bind(config.metrics_listen).await?;
-    let addr = local_addr(&listener, config.listen)?;
-    let metrics_addr = local_addr(&metrics_listener, config.metrics_listen)?;
+    let listeners = async {
+        let listener = bind(config.listen).await?;
+        let metrics_listener = bind(config.metrics_listen).await?;
+        let addr = local_addr(&listener, config.listen)?;
+        let metrics_addr = local_addr(&metrics_listener, config.metrics_listen)?;
+        Ok::<_, StartError>((listener, metrics_listener, addr, metrics_addr))
+    };
+    let (listener, metrics_listener, addr, metrics_addr) = match listeners.await {
+        Ok(bound) => bound,
+        Err(error) => {
+            // Nothing started so far may outlive the failed start.
+            for task in &background {
+                task.abort();
+            }
+            embedded.shutdown().await;
+            return Err(error);
+        }
+    };
 
-    let mut background = vec![health::spawn(
+    background.push(health::spawn(
         client.clone(),
         Arc::clone(&replicas),
         health_settings,
         metrics.clone(),
-    )];
+    ));
     if config.engine_scrape.enabled {
         background.push(engine_scrape::spawn(
             client,
