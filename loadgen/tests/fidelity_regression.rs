@@ -10,7 +10,9 @@
 //! - an ensemble of the seed's rounds plus six more round seeds: every cell's mean goodput in
 //!   the seed's range ±15 and the seed's winners;
 //! - warm-uniform `prefix-cache` with the priming split forced to the seed's 4:4 and 6:2:
-//!   both of the seed's outcomes (96 and 43 good).
+//!   both of the seed's outcomes (96 and 43 good);
+//! - cold-uniform `prefix-cache` with each family's first placement forced: the seed's 3:5
+//!   family sets give the seed's outcome (59 and 40 good), a 4:4 split a better one.
 
 use std::collections::BTreeMap;
 
@@ -233,19 +235,98 @@ fn an_ensemble_of_rounds_matches_the_seed_goodput_and_winners() {
     );
 }
 
-/// The warm-uniform prefix-cache rounds of a matrix with only that cell, priming split forced.
-fn warm_prefix_cache(owners: Vec<usize>) -> Vec<PhaseResult> {
+/// The matrix with only `scenario` in it.
+fn matrix_of(scenario: &str) -> String {
     let text = MATRIX_24.replace(
         "scenarios = [\"cold-uniform\", \"warm-uniform\", \"hot50\", \"hot90\"]",
-        "scenarios = [\"warm-uniform\"]",
+        &format!("scenarios = [\"{scenario}\"]"),
     );
     assert_ne!(
         text, MATRIX_24,
         "the scenario list is where the test expects it"
     );
+    text
+}
+
+/// The warm-uniform prefix-cache rounds of a matrix with only that cell, priming split forced.
+fn warm_prefix_cache(owners: Vec<usize>) -> Vec<PhaseResult> {
     let mut options = options();
     options.warm_owners = Some(owners);
-    simulate(&text, &options, &["prefix-cache"])
+    simulate(&matrix_of("warm-uniform"), &options, &["prefix-cache"])
+}
+
+/// The cold-uniform prefix-cache rounds with family `f`'s first request forced onto
+/// replica `owners[f]`.
+fn cold_prefix_cache(owners: Vec<usize>) -> Vec<PhaseResult> {
+    let mut options = options();
+    options.first_owners = Some(owners);
+    simulate(&matrix_of("cold-uniform"), &options, &["prefix-cache"])
+}
+
+/// Replica index (0 = L20-A) of each family, from a seed phase's per-replica family counts.
+fn seed_family_owners(p: &PhaseResult) -> Vec<usize> {
+    let mut owners = vec![usize::MAX; 8];
+    for (replica, (_, r)) in p.replicas.iter().enumerate() {
+        for family in r.family_counts.keys() {
+            let f: usize = family.parse().expect("family ids are numbers");
+            owners[f] = replica;
+        }
+    }
+    owners
+}
+
+#[test]
+fn cold_uniform_prefix_cache_follows_the_family_split_as_in_the_seed() {
+    let seed = seed();
+    let seed_phase = |name: &str| {
+        seed.phases
+            .iter()
+            .find(|p| p.phase == name)
+            .expect("seed phase exists")
+    };
+    let (seed_r1, seed_r2) = (
+        seed_phase("r1-cold-uniform-prefix-cache"),
+        seed_phase("r2-cold-uniform-prefix-cache"),
+    );
+    // Both seed rounds put 3 families on one replica and 5 on the other, and nothing moved
+    // afterwards (36/60 and 60/36). Force each of our rounds onto the seed's family sets.
+    let mut seed_split = Vec::new();
+    for (owners, want) in [
+        (seed_family_owners(seed_r1), seed_r1),
+        (seed_family_owners(seed_r2), seed_r2),
+    ] {
+        assert!(owners.iter().all(|&o| o < 2), "{owners:?}");
+        let phases = cold_prefix_cache(owners.clone());
+        for p in &phases {
+            println!(
+                "owners {owners:?}: {}: split {:?}, {} good",
+                p.phase,
+                split(p),
+                p.good
+            );
+            assert_eq!(split(p), split(want), "{}: families stay put", p.phase);
+        }
+        seed_split.extend(phases);
+    }
+    let refs: Vec<&PhaseResult> = seed_split.iter().collect();
+    let ours = mean_good(&refs);
+    let lo = seed_r1.good.min(seed_r2.good) as f64 - GOOD_SLACK;
+    let hi = seed_r1.good.max(seed_r2.good) as f64 + GOOD_SLACK;
+    assert!(
+        (lo..=hi).contains(&ours),
+        "{ours:.1} good under the seed's 3:5 family sets, seed band [{lo}, {hi}]"
+    );
+    // The mechanism: a 4:4 split spreads the 8 first prefills and the load evenly.
+    let even = cold_prefix_cache(vec![0, 1, 0, 1, 0, 1, 0, 1]);
+    for p in &even {
+        println!("4:4: {}: split {:?}, {} good", p.phase, split(p), p.good);
+        assert_eq!(split(p), vec![48, 48], "{}", p.phase);
+    }
+    let even_good = mean_good(&even.iter().collect::<Vec<_>>());
+    assert!(
+        even_good > ours + GOOD_SLACK,
+        "4:4 gives {even_good:.1}, the seed's 3:5 sets {ours:.1}"
+    );
 }
 
 #[test]

@@ -41,6 +41,8 @@ struct Variant {
     /// Text replacements in the matrix file (each must match).
     matrix_edits: Vec<(String, String)>,
     profile: EngineProfile,
+    /// `SimOptions::kv_synced_priming`: the index also learns warm priming's direct requests.
+    kv_synced_priming: bool,
 }
 
 impl Variant {
@@ -50,6 +52,7 @@ impl Variant {
             replicas: 2,
             matrix_edits: Vec::new(),
             profile: l20(),
+            kv_synced_priming: false,
         }
     }
 
@@ -73,6 +76,7 @@ impl Variant {
         let mut options = SimOptions::seed_like(self.profile.clone());
         options.replicas = self.replicas;
         options.router.prefix_load = weights.clone();
+        options.kv_synced_priming = self.kv_synced_priming;
         simulate_matrix(&self.matrix(routes), &options, &mut |_| {})
             .map_err(|partial| partial.error)
             .expect("simulation completes")
@@ -224,7 +228,7 @@ fn sweep_variants() -> Vec<Variant> {
     for replicas in [3usize, 4, 8] {
         let rps = 1.6 * replicas as f64 / 2.0;
         let count = 96 * replicas / 2;
-        out.push(Variant {
+        let scaled = Variant {
             name: format!("{replicas} replicas, rps {rps}, count {count}"),
             replicas,
             matrix_edits: vec![
@@ -232,7 +236,17 @@ fn sweep_variants() -> Vec<Variant> {
                 ("count = 96 ".into(), format!("count = {count} ")),
             ],
             ..base.clone()
-        });
+        };
+        if replicas > 2 {
+            // The same cluster with the router's index seeing warm priming on every replica:
+            // isolates what the index's partial view of a warm cluster costs.
+            out.push(Variant {
+                name: format!("{} (KV-synced priming)", scaled.name),
+                kv_synced_priming: true,
+                ..scaled.clone()
+            });
+        }
+        out.push(scaled);
     }
     for hot in [0.3, 0.7, 0.95] {
         out.push(Variant {
@@ -271,6 +285,23 @@ fn sweep_variants() -> Vec<Variant> {
                 "tail_tokens = [333, 353]".into(),
                 "tail_tokens = [900, 1100]".into(),
             ),
+        ],
+        ..base.clone()
+    });
+    // The same prompt-token load as the seed's (1.6 rps × 5 040 tokens), so the engines are
+    // loaded as in the matrix rather than overloaded threefold.
+    out.push(Variant {
+        name: "16k-token prompts, rps 0.5 (the seed's token rate)".into(),
+        matrix_edits: vec![
+            (
+                "prefix_tokens = 4704".into(),
+                "prefix_tokens = 15000".into(),
+            ),
+            (
+                "tail_tokens = [333, 353]".into(),
+                "tail_tokens = [900, 1100]".into(),
+            ),
+            ("rps = 1.6 ".into(), "rps = 0.5 ".into()),
         ],
         ..base.clone()
     });

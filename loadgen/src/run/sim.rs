@@ -42,6 +42,18 @@ pub struct SimOptions {
     /// leaves the owner to the route, as in the seed (a coin toss per family for
     /// `prefix-cache`). Lets a test reproduce both of the seed's warm-uniform outcomes.
     pub warm_owners: Option<Vec<usize>>,
+    /// Records warm priming's direct requests in the router's prefix index too, as if the
+    /// engines reported their cached blocks (KV-event sync). Off by default, as in the seed,
+    /// where the gateway learns only the one owner per family that its routed priming
+    /// request went to. An evaluation knob: it shows what the router's partial view of a
+    /// warm cluster costs a cache-aware route.
+    pub kv_synced_priming: bool,
+    /// Forces the first measured request of family `f` onto replica `first_owners[f]` in
+    /// phases without priming (see [`Target::RoutedOnto`]); later requests are routed freely.
+    /// For `prefix-cache` this fixes which replica each family lives on in `cold-uniform`,
+    /// the draw that decides that cell (docs/FIDELITY.md). `None` (the default) leaves it to
+    /// the route.
+    pub first_owners: Option<Vec<usize>>,
 }
 
 impl SimOptions {
@@ -55,6 +67,8 @@ impl SimOptions {
             router: RouterConfig::default(),
             slo: Slo::default(),
             warm_owners: None,
+            kv_synced_priming: false,
+            first_owners: None,
         }
     }
 
@@ -151,21 +165,39 @@ pub fn simulate_phase(
         rng,
         &options.model,
     );
-    let setup = prime(&mut cluster, phase, options.warm_owners.as_deref())?;
+    let setup = prime(&mut cluster, phase, options)?;
 
     let before = cluster.counters();
     let t0 = cluster.now();
-    let arrivals: Vec<Arrival> = plan_requests(phase)
-        .iter()
-        .map(|r| Arrival {
+    let first_owners = match (&options.first_owners, phase.priming) {
+        (Some(owners), Priming::None) => Some(owners.as_slice()),
+        _ => None,
+    };
+    let mut placed = vec![false; phase.shape.families];
+    let mut arrivals = Vec::new();
+    for r in plan_requests(phase) {
+        let forced = first_owners.map(|owners| owners.get(r.family).copied());
+        let target = match forced {
+            Some(Some(replica)) if !std::mem::replace(&mut placed[r.family], true) => {
+                Target::RoutedOnto(phase.route, replica)
+            }
+            Some(None) => {
+                return Err(SimError::Config(format!(
+                    "first_owners names no replica for family {}",
+                    r.family
+                )));
+            }
+            _ => Target::Routed(phase.route),
+        };
+        arrivals.push(Arrival {
             index: r.index,
             family: r.family,
             at: t0 + r.at,
-            text: phase.measured_prompt(&setup.prefixes[r.family], r),
+            text: phase.measured_prompt(&setup.prefixes[r.family], &r),
             max_tokens: phase.shape.output,
-            target: Target::Routed(phase.route),
-        })
-        .collect();
+            target,
+        });
+    }
     let mut peaks = vec![Peaks::default(); options.replicas];
     let served = cluster.drive(arrivals, Some(&mut peaks))?;
     let after = cluster.counters();
@@ -211,12 +243,14 @@ fn prime_one(cluster: &mut SimCluster, text: String, target: Target) -> Result<S
 }
 
 /// Primes the caches as SPEC §5.1 says, one request at a time, each run to completion.
-/// `warm_owners` forces the routed warm priming split (see [`SimOptions::warm_owners`]).
+/// `options.warm_owners` forces the routed warm priming split, and
+/// `options.kv_synced_priming` shows the direct priming to the router's index.
 fn prime(
     cluster: &mut SimCluster,
     phase: &PhaseSpec,
-    warm_owners: Option<&[usize]>,
+    options: &SimOptions,
 ) -> Result<Setup, SimError> {
+    let warm_owners = options.warm_owners.as_deref();
     let families = phase.shape.families;
     match phase.priming {
         Priming::None => Ok(Setup {
@@ -228,6 +262,9 @@ fn prime(
             for (f, prefix) in prefixes.iter().enumerate() {
                 for engine in 0..cluster.names().len() {
                     let text = phase.priming_prompt(prefix, &format!("warm-direct-{engine}"), f);
+                    if options.kv_synced_priming {
+                        cluster.index_as_cached(engine, &text)?;
+                    }
                     prime_one(cluster, text, Target::Direct(engine))?;
                 }
             }

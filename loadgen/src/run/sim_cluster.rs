@@ -42,6 +42,11 @@ pub enum Target {
     Direct(usize),
     /// Through the router with this strategy.
     Routed(Strategy),
+    /// Through the router, with every other replica's outstanding count raised above this
+    /// one's for the moment of the decision, so that a load-aware route (least-request, or a
+    /// prefix route's least-request fallback) picks it. Forces a family's first placement
+    /// (`SimOptions::first_owners`).
+    RoutedOnto(Strategy, usize),
 }
 
 /// One request to send.
@@ -126,6 +131,11 @@ impl SimCluster {
         }
     }
 
+    /// The router, with its prefix index.
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+
     /// Replica names, in index order.
     pub fn names(&self) -> &[String] {
         &self.names
@@ -170,6 +180,26 @@ impl SimCluster {
             .collect()
     }
 
+    /// Holds enough outstanding counts on every replica except `replica` that each has more
+    /// than `replica` while the returned guards live.
+    fn load_all_above(&self, replica: usize) -> Result<Vec<OutstandingGuard>, SimError> {
+        let floor = self
+            .loads
+            .get(replica)
+            .ok_or(SimError::NoSuchReplica(replica))?
+            .outstanding();
+        Ok(self
+            .loads
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != replica)
+            .flat_map(|(_, load)| {
+                let short = (floor + 1).saturating_sub(load.outstanding());
+                (0..short).map(|_| load.acquire())
+            })
+            .collect())
+    }
+
     /// Sends one request at the current time and runs until it has finished.
     pub fn run_one(
         &mut self,
@@ -187,6 +217,22 @@ impl SimCluster {
         };
         let mut served = self.drive(vec![arrival], None)?;
         served.pop().ok_or(SimError::Stalled(0))
+    }
+
+    /// Records `text`'s blocks in the router's prefix index as cached on `engine`, as a
+    /// KV-event sync would after the engine served it (see `SimOptions::kv_synced_priming`).
+    pub fn index_as_cached(&self, engine: usize, text: &str) -> Result<(), SimError> {
+        let name = self
+            .names
+            .get(engine)
+            .ok_or(SimError::NoSuchReplica(engine))?;
+        let hashes = self
+            .router
+            .hashes(text)
+            .map_err(|e| SimError::Config(format!("tokenizing a priming prompt: {e}")))?;
+        let now_ms = (self.now * 1000.0) as u64;
+        self.router.index().add(&self.model, &hashes, name, now_ms);
+        Ok(())
     }
 
     /// Sends `arrivals` (sorted by time) and runs until every one has finished. With
@@ -304,7 +350,11 @@ impl SimCluster {
                 }
                 (engine, None, None)
             }
-            Target::Routed(strategy) => {
+            Target::Routed(strategy) | Target::RoutedOnto(strategy, _) => {
+                let _hold = match arrival.target {
+                    Target::RoutedOnto(_, replica) => self.load_all_above(replica)?,
+                    _ => Vec::new(),
+                };
                 let candidates: Vec<Candidate<'_>> = self
                     .names
                     .iter()

@@ -116,7 +116,7 @@ fn guards_are_released_after_every_request() {
         rng_for(1, &["test"]),
         &options.model,
     );
-    let setup = prime(&mut cluster, phase, None).unwrap();
+    let setup = prime(&mut cluster, phase, &options).unwrap();
     assert_eq!(cluster.outstanding(), vec![0, 0]);
     let arrivals = plan_requests(phase)
         .iter()
@@ -170,6 +170,47 @@ fn forced_warm_owners_set_the_priming_split_for_load_aware_routes() {
     let phase = &matrix.phases()[3]; // r1-warm-uniform-random
     let err = simulate_phase(phase, &options, 0.0).expect_err("replica 2 does not exist");
     assert!(err.to_string().contains("warm_owners"), "{err}");
+}
+
+#[test]
+fn kv_synced_priming_shows_every_primed_replica_to_the_index() {
+    let phase = &reduced(4).phases()[5]; // r1-warm-uniform-prefix-cache
+    assert_eq!(phase.name, "r1-warm-uniform-prefix-cache");
+    for synced in [false, true] {
+        let mut options = options();
+        options.kv_synced_priming = synced;
+        let router = Router::new(options.router.clone()).unwrap();
+        let mut cluster = SimCluster::new(
+            options.replica_names(),
+            &options.profile,
+            router,
+            rng_for(1, &["test"]),
+            &options.model,
+        );
+        let setup = prime(&mut cluster, phase, &options).unwrap();
+        let names: Vec<&str> = cluster.names().iter().map(String::as_str).collect();
+        for (f, prefix) in setup.prefixes.iter().enumerate() {
+            let hashes = cluster.router().hashes(prefix).unwrap();
+            let matched = cluster
+                .router()
+                .index()
+                .match_names(&options.model, &hashes, &names);
+            let full = matched.iter().filter(|&&m| m == 100).count();
+            // Without sync the index knows only the routed priming request's replica.
+            let want = if synced { 2 } else { 1 };
+            assert_eq!(full, want, "family {f}, synced {synced}: {matched:?}");
+        }
+    }
+}
+
+#[test]
+fn first_owners_must_name_replicas() {
+    let mut options = options();
+    options.first_owners = Some(vec![0, 5]);
+    let phase = &reduced(4).phases()[2]; // r1-cold-uniform-prefix-cache
+    assert_eq!(phase.name, "r1-cold-uniform-prefix-cache");
+    let err = simulate_phase(phase, &options, 0.0).expect_err("too few owners, replica 5");
+    assert!(err.to_string().contains("first_owners"), "{err}");
 }
 
 #[test]
