@@ -1,18 +1,21 @@
 //! The deployment artifacts in `deploy/` stay consistent with the gateway they deploy: the
 //! Kubernetes ConfigMap's `gateway.toml` and the image's default config parse (every table
-//! refuses unknown keys) and validate, the ConfigMap lists one backend per StatefulSet pod,
-//! and the Deployment's grace period outlasts its preStop sleep plus the drain. The Helm
+//! refuses unknown keys) and validate, the ConfigMap discovers the StatefulSet's pods by the
+//! labels they carry (with the RBAC and token that needs), and the Deployment's grace period
+//! outlasts its preStop sleep plus the drain. The Helm
 //! chart renders its file from templates and is checked with Helm (`deploy/helm/README.md`).
 //! The YAML files are read as text (no YAML parser in the workspace), by the few fixed
 //! lines these checks need.
 
-use gateway::config::GatewayConfig;
+use gateway::config::{DiscoveryKind, GatewayConfig};
 
 const CONFIGMAP: &str = include_str!("../../deploy/kubernetes/gateway/configmap.yaml");
 const DEPLOYMENT: &str = include_str!("../../deploy/kubernetes/gateway/deployment.yaml");
 const VLLM: &str = include_str!("../../deploy/kubernetes/vllm/statefulset.yaml");
 const MOCK_VLLM: &str = include_str!("../../deploy/kubernetes/mock-vllm/statefulset.yaml");
 const IMAGE_CONFIG: &str = include_str!("../../deploy/docker/gateway.toml");
+const RBAC: &str = include_str!("../../deploy/kubernetes/gateway/rbac.yaml");
+const SERVICE_ACCOUNT: &str = include_str!("../../deploy/kubernetes/gateway/serviceaccount.yaml");
 
 /// The literal block under `gateway.toml: |`, without its indentation.
 fn configmap_toml(yaml: &str) -> String {
@@ -64,22 +67,32 @@ fn the_configmap_is_a_valid_gateway_config_listening_on_every_interface() {
 }
 
 #[test]
-fn the_configmap_lists_each_statefulset_pod_by_its_stable_name() {
+fn the_configmap_discovers_the_statefulset_pods_by_their_labels() {
     let config = configmap_config();
+    let discovery = &config.discovery;
+    assert_eq!(discovery.kind, DiscoveryKind::Kubernetes);
+    assert!(config.backends.is_empty());
+    assert_eq!(discovery.models, ["qwen3-8b"]);
     for statefulset in [VLLM, MOCK_VLLM] {
-        let replicas = first_number(statefulset, "replicas:");
-        assert_eq!(config.backends.len() as u64, replicas);
+        let model = format!("{}: {}", discovery.model_label, discovery.models[0]);
+        assert!(statefulset.contains(&model), "{model}");
+        let port = format!("{}: \"{}\"", discovery.port_label, discovery.default_port);
+        assert!(statefulset.contains(&port), "{port}");
     }
-    for (i, backend) in config.backends.iter().enumerate() {
-        assert_eq!(backend.name, format!("vllm-{i}"), "target-pod = pod name");
-        assert_eq!(backend.url, format!("http://vllm-{i}.vllm:8000"));
-        assert_eq!(backend.model.as_deref(), Some("qwen3-8b"));
-    }
-    for statefulset in [VLLM, MOCK_VLLM] {
-        assert!(statefulset.contains("model.aibrix.ai/name: qwen3-8b"));
-        assert!(statefulset.contains("model.aibrix.ai/port: \"8000\""));
-        assert!(statefulset.contains("serviceName: vllm"));
-    }
+}
+
+#[test]
+fn the_gateway_may_watch_pods_and_has_a_token_to() {
+    assert!(RBAC.contains("kind: Role\n") && RBAC.contains("kind: RoleBinding"));
+    assert!(RBAC.contains("resources: [\"pods\"]"));
+    assert!(RBAC.contains("verbs: [\"get\", \"list\", \"watch\"]"));
+    assert!(
+        RBAC.contains("name: prefixgate\n"),
+        "bound to the gateway's ServiceAccount"
+    );
+    assert!(SERVICE_ACCOUNT.contains("automountServiceAccountToken: true"));
+    assert!(DEPLOYMENT.contains("serviceAccountName: prefixgate"));
+    assert!(DEPLOYMENT.contains("automountServiceAccountToken: true"));
 }
 
 #[test]

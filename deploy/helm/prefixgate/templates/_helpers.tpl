@@ -74,14 +74,25 @@ Settings the chart cannot honour yet, and combinations that cannot work, stop th
 with a message instead of being ignored.
 */}}
 {{- define "prefixgate.validate" -}}
-{{- if ne .Values.discovery.mode "static" }}
-{{- fail (printf "discovery.mode=%q is not yet supported: prefixgate discovers replicas statically (config.backends, vllm.enabled or config.embedded.mock_engines). Kubernetes pod discovery by the model.aibrix.ai/name label is planned; see docs/DEPLOY.md." .Values.discovery.mode) }}
+{{- if hasKey .Values.discovery "mode" }}
+{{- fail "discovery.mode was renamed discovery.kind (static or kubernetes)." }}
+{{- end }}
+{{- if not (has .Values.discovery.kind (list "static" "kubernetes")) }}
+{{- fail (printf "discovery.kind=%q: use static or kubernetes." .Values.discovery.kind) }}
+{{- end }}
+{{- if eq .Values.discovery.kind "kubernetes" }}
+{{- if not (empty .Values.config.backends) }}
+{{- fail "discovery.kind=kubernetes cannot be combined with config.backends: the gateway refuses both (one source for the replica set)." }}
+{{- end }}
+{{- if gt (int .Values.config.embedded.mock_engines) 0 }}
+{{- fail "discovery.kind=kubernetes cannot be combined with config.embedded.mock_engines." }}
+{{- end }}
 {{- end }}
 {{- if .Values.tls.enabled }}
 {{- fail "tls.enabled=true is not yet supported: prefixgate serves plain HTTP. Terminate TLS at an Ingress, a Gateway API listener or a service mesh in front of the Service." }}
 {{- end }}
-{{- if and (not .Values.vllm.enabled) (empty .Values.config.backends) (eq (int .Values.config.embedded.mock_engines) 0) }}
-{{- fail "prefixgate has no replicas to route to: set config.backends, vllm.enabled=true or config.embedded.mock_engines." }}
+{{- if and (eq .Values.discovery.kind "static") (not .Values.vllm.enabled) (empty .Values.config.backends) (eq (int .Values.config.embedded.mock_engines) 0) }}
+{{- fail "prefixgate has no replicas to route to: set config.backends, vllm.enabled=true, config.embedded.mock_engines or discovery.kind=kubernetes." }}
 {{- end }}
 {{- if and .Values.pdb.enabled (lt (int .Values.replicaCount) 2) }}
 {{- fail "pdb.enabled=true with replicaCount < 2 would block every node drain: set replicaCount >= 2 or pdb.enabled=false." }}
