@@ -1,26 +1,30 @@
 //! The `loadgen` binary: command-line parsing and file I/O around the library.
 //!
 //! `loadgen simulate` runs the matrix on the simulated stack, `loadgen matrix` runs it live
-//! (against a gateway, or `--local` against mock replicas started here), `loadgen report` renders result
-//! files, `loadgen check-schema` holds a result to the seed's schema. Results are written
+//! (against a gateway, or `--local` against mock replicas started here), `loadgen operations`
+//! runs the operations phases (`config/operations.toml`) the same two ways, `loadgen report`
+//! renders result files, `loadgen check-schema` holds a result to the seed's schema. Results are written
 //! atomically (a temporary file renamed into place), so a failed run never leaves a truncated
 //! file; a run that stops early writes what it has with `complete: false`.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use loadgen::measure::{MatrixResult, PhaseResult, Slo, schema_check};
+use loadgen::measure::{MatrixResult, OperationsResult, PhaseResult, Slo, schema_check};
 use loadgen::report;
 use loadgen::run::live_request::http_client;
 use loadgen::run::{
-    LiveRunner, LiveTarget, LocalOptions, LocalStack, ReplicaEndpoint, RunDescription, SimOptions,
-    simulate_matrix,
+    LiveRunner, LiveTarget, LocalOptions, LocalStack, PhaseProgress, ReplicaEndpoint,
+    RunDescription, SimOptions, simulate_matrix,
 };
 use loadgen::workload::Matrix;
 use mock_engine::model::EngineProfile;
+
+mod operations_command;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -66,6 +70,38 @@ impl Selection {
     }
 }
 
+/// The stack `--local` starts (shared by `matrix` and `operations`).
+#[derive(Debug, clap::Args)]
+struct LocalArgs {
+    /// Local mode: number of mock replicas (operations: for phases that do not say).
+    #[arg(long, default_value_t = 2)]
+    replicas: usize,
+    /// Local mode: engine time runs this many times faster than wall time.
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// Local mode: engine profile (a built-in name or a .toml path).
+    #[arg(long, default_value = "l20-qwen27b-fp8")]
+    engine_profile: String,
+    /// Local mode: replica names are this prefix plus A, B, C, …
+    #[arg(long, default_value = "L20-")]
+    replica_prefix: String,
+}
+
+impl LocalArgs {
+    /// The engine profile, once the replica count and time scale are known to be usable.
+    fn profile(&self) -> Result<EngineProfile> {
+        let (replicas, scale) = (self.replicas, self.time_scale);
+        if !(1..=64).contains(&replicas) {
+            bail!("--replicas must be 1..=64, got {replicas}");
+        }
+        if !(scale.is_finite() && scale > 0.0) {
+            bail!("--time-scale must be > 0, got {scale}");
+        }
+        EngineProfile::load(&self.engine_profile)
+            .with_context(|| format!("engine profile {:?}", self.engine_profile))
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the matrix through router-core and mock-engine models on a virtual clock.
@@ -100,25 +136,20 @@ enum Command {
         /// Start mock replicas and a gateway in this process and run against them.
         #[arg(long, conflicts_with_all = ["gateway", "replicas_at"])]
         local: bool,
-        /// Local mode: number of mock replicas.
-        #[arg(long, default_value_t = 2)]
-        replicas: usize,
-        /// Local mode: engine time runs this many times faster than wall time.
-        #[arg(long, default_value_t = 1.0)]
-        time_scale: f64,
-        /// Local mode: engine profile (a built-in name or a .toml path).
-        #[arg(long, default_value = "l20-qwen27b-fp8")]
-        engine_profile: String,
-        /// Local mode: replica names are this prefix plus A, B, C, …
-        #[arg(long, default_value = "L20-")]
-        replica_prefix: String,
+        #[command(flatten)]
+        stack: LocalArgs,
         /// Wall seconds one request may take (live mode).
         #[arg(long, default_value_t = 600.0)]
         request_timeout: f64,
         #[command(flatten)]
         selection: Selection,
     },
-    /// Render a result file as a Markdown table (and charts).
+    /// Run the operations phases (config/operations.toml: waves with an in-flight cap,
+    /// closed loops, tenant mixes, shared-prefix cache phases) against a gateway (`--gateway`)
+    /// or against mock replicas and a gateway started here per phase (`--local`).
+    Operations(operations_command::OperationsArgs),
+    /// Render a result file (matrix or operations) as a Markdown table (and, for the matrix,
+    /// charts).
     Report {
         /// The result JSON.
         file: PathBuf,
@@ -163,10 +194,7 @@ fn main() -> Result<()> {
             replicas_at,
             model,
             local,
-            replicas,
-            time_scale,
-            engine_profile,
-            replica_prefix,
+            stack: local_args,
             request_timeout,
             selection,
         } => {
@@ -177,19 +205,17 @@ fn main() -> Result<()> {
                 .context("starting the async runtime")?;
             runtime.block_on(async move {
                 if local {
-                    let profile = EngineProfile::load(&engine_profile)
-                        .with_context(|| format!("engine profile {engine_profile:?}"))?;
+                    let profile = local_args.profile()?;
+                    let time_scale = local_args.time_scale;
                     let mut names = SimOptions::seed_like(profile.clone());
-                    names.replicas = replicas;
-                    names.replica_prefix = replica_prefix;
-                    if !(1..=64).contains(&replicas) {
-                        bail!("--replicas must be 1..=64, got {replicas}");
-                    }
+                    names.replicas = local_args.replicas;
+                    names.replica_prefix = local_args.replica_prefix;
                     let stack = LocalStack::start(LocalOptions {
                         names: names.replica_names(),
                         profile: profile.clone(),
                         time_scale,
                         model,
+                        admission: Default::default(),
                     })
                     .await
                     .map_err(anyhow::Error::msg)?;
@@ -238,11 +264,25 @@ fn main() -> Result<()> {
                 }
             })
         }
+        Command::Operations(args) => operations_command::run(args),
         Command::Report {
             file,
             baseline,
             charts,
         } => {
+            if read_json(&file)?.get("slo").is_some() {
+                let ours: OperationsResult = read_typed(&file)?;
+                print!("{}", report::render_operations_table(&ours));
+                if let Some(base) = baseline.as_deref() {
+                    let base: OperationsResult = read_typed(base)?;
+                    println!();
+                    print!("{}", report::render_operations_side_by_side(&ours, &base));
+                }
+                if charts.is_some() {
+                    eprintln!("charts are drawn for matrix results only; none written");
+                }
+                return Ok(());
+            }
             let ours = read_result(&file)?;
             print!("{}", report::render_table(&ours));
             let base = baseline.as_deref().map(read_result).transpose()?;
@@ -331,18 +371,7 @@ async fn live(
             std::future::pending::<()>().await;
         }
     };
-    // On a terminal, one status line rewritten in place; plain lines per phase otherwise.
-    let ticker = std::io::stderr().is_terminal().then(|| {
-        let live = runner.progress();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(500));
-            // Aborted when the run ends; the bound (about six days) only guards against a leak.
-            for _ in 0..1_000_000_u32 {
-                tick.tick().await;
-                eprint!("\r\x1b[2K{}", live.line());
-            }
-        })
-    });
+    let ticker = status_ticker(runner.progress());
     let (result, stopped) = runner
         .run_matrix(matrix, describe, &mut progress, interrupt)
         .await;
@@ -368,6 +397,21 @@ async fn live(
     }
 }
 
+/// On a terminal, one status line rewritten in place (plain lines per phase otherwise); the
+/// caller aborts the task when the run ends.
+fn status_ticker(live: Arc<PhaseProgress>) -> Option<tokio::task::JoinHandle<()>> {
+    std::io::stderr().is_terminal().then(|| {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            // Aborted when the run ends; the bound (about six days) only guards against a leak.
+            for _ in 0..1_000_000_u32 {
+                tick.tick().await;
+                eprint!("\r\x1b[2K{}", live.line());
+            }
+        })
+    })
+}
+
 fn progress_line(done: usize, total: usize, p: &PhaseResult) {
     if std::io::stderr().is_terminal() {
         // Clears a status line the live ticker may have left.
@@ -384,7 +428,7 @@ fn progress_line(done: usize, total: usize, p: &PhaseResult) {
     );
 }
 
-fn write_atomically(path: &Path, result: &MatrixResult) -> Result<()> {
+fn write_atomically(path: &Path, result: &impl serde::Serialize) -> Result<()> {
     let text = serde_json::to_string_pretty(result)?;
     let tmp = path.with_extension("json.partial");
     std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
@@ -400,6 +444,11 @@ fn read_json(path: &Path) -> Result<serde_json::Value> {
 }
 
 fn read_result(path: &Path) -> Result<MatrixResult> {
+    read_typed(path)
+}
+
+/// A result file (matrix or operations) read into its schema's structs.
+fn read_typed<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text)

@@ -3,6 +3,8 @@
 //! `docs/MEASUREMENT.md`); live and simulated runners feed the same records.
 
 pub mod counters;
+pub mod operations;
+pub mod operations_schema;
 pub mod phase;
 pub mod quantile;
 pub mod record;
@@ -10,6 +12,11 @@ pub mod schema;
 pub mod schema_check;
 
 pub use counters::RoutingTally;
+pub use operations::{OperationsOutcome, TenantRecord, summarize_operations};
+pub use operations_schema::{
+    OperationsConfig, OperationsPhaseResult, OperationsResult, SloSeconds, StageConfig,
+    TenantConfig, TenantResult,
+};
 pub use phase::{EngineCounters, Peaks, PhaseOutcome, ReplicaObservation, Slo, is_good, summarize};
 pub use record::{ErrorClass, RequestRecord, Usage};
 pub use schema::{

@@ -3,21 +3,29 @@
 //!
 //! Every JSON key path of the seed's phases that is present in all phases of a scenario must
 //! exist in ours with a JSON type the seed uses at that path (or `null` where the seed has
-//! `null` there). Maps keyed by family, replica or candidate are wildcarded (`*`). Extra keys
-//! in ours are allowed. The top-level keys must all exist and every seed phase name appear.
+//! `null` there). Maps keyed by family, replica, candidate, tenant or status are wildcarded
+//! (`*`). Extra keys in ours are allowed. The top-level keys must all exist and every seed
+//! phase name appear.
+//!
+//! A seed without scenarios (the operations seed) is compared phase by phase instead: each of
+//! our phases against the seed phase of the same name, whose kinds differ (waves, closed
+//! loops, tenant mixes). There a run may select phases, so a seed phase we did not run is no
+//! problem; a phase the seed lacks is.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
 /// Maps whose keys are data (families, replicas, candidates), compared by value type only.
-const WILDCARD_MAPS: [&str; 6] = [
+const WILDCARD_MAPS: [&str; 8] = [
     "families",
     "replicas",
     "family_counts",
     "initial_prefix_owners",
     "family_map",
     "initial_owners",
+    "tenants",
+    "status_counts",
 ];
 
 /// Key path → JSON kinds seen there. Paths look like `.replicas.*.requests`, `.ttft.p50`,
@@ -79,11 +87,17 @@ pub fn check_against_seed(seed: &Value, ours: &Value) -> Vec<String> {
         .and_then(Value::as_array)
         .unwrap_or(&empty);
 
-    // Per scenario: paths common to all of its seed phases, and every kind seen per path.
+    // Per scenario (or per phase name): paths common to all of its seed phases, and every
+    // kind seen per path.
+    let group = if seed_phases.iter().any(|p| p.get("scenario").is_some()) {
+        "scenario"
+    } else {
+        "phase"
+    };
     type Paths = BTreeMap<String, BTreeSet<&'static str>>;
     let mut by_scenario: BTreeMap<String, Vec<Paths>> = BTreeMap::new();
     for phase in seed_phases {
-        let scenario = phase.get("scenario").and_then(Value::as_str).unwrap_or("");
+        let scenario = phase.get(group).and_then(Value::as_str).unwrap_or("");
         by_scenario
             .entry(scenario.to_owned())
             .or_default()
@@ -91,9 +105,9 @@ pub fn check_against_seed(seed: &Value, ours: &Value) -> Vec<String> {
     }
     for phase in our_phases {
         let name = phase.get("phase").and_then(Value::as_str).unwrap_or("?");
-        let scenario = phase.get("scenario").and_then(Value::as_str).unwrap_or("");
+        let scenario = phase.get(group).and_then(Value::as_str).unwrap_or("");
         let Some(seed_paths) = by_scenario.get(scenario) else {
-            problems.push(format!("{name}: unknown scenario {scenario:?}"));
+            problems.push(format!("{name}: unknown {group} {scenario:?}"));
             continue;
         };
         let mine = key_paths(phase);
@@ -124,7 +138,7 @@ pub fn check_against_seed(seed: &Value, ours: &Value) -> Vec<String> {
         .iter()
         .filter_map(|p| p.get("phase").and_then(Value::as_str))
         .collect();
-    for phase in seed_phases {
+    for phase in seed_phases.iter().filter(|_| group == "scenario") {
         if let Some(name) = phase.get("phase").and_then(Value::as_str)
             && !ours_names.contains(name)
         {
@@ -178,5 +192,41 @@ mod tests {
         assert!(all.contains("phase missing: r2-hot90-random"), "{all}");
         assert!(all.contains("top-level key missing: aibrix"), "{all}");
         assert_eq!(problems.len(), 5, "{all}");
+    }
+
+    const OPERATIONS_SEED: &str = include_str!("../../testdata/operations-phases.json");
+
+    #[test]
+    fn the_operations_seed_is_compared_phase_by_phase() {
+        let seed: Value = serde_json::from_str(OPERATIONS_SEED).unwrap();
+        assert_eq!(check_against_seed(&seed, &seed), Vec::<String>::new());
+        let mut ours = seed.clone();
+        let phases = ours["phases"].as_array_mut().unwrap();
+        // A selection of phases is fine; a wave without its stages, a tenant without its
+        // status counts, a string count and an unknown phase are not.
+        phases.truncate(8);
+        phases[0]["config"]
+            .as_object_mut()
+            .unwrap()
+            .remove("stages");
+        for tenant in ["A", "B"] {
+            phases[7]["tenants"][tenant]
+                .as_object_mut()
+                .unwrap()
+                .remove("status_counts");
+        }
+        phases[4]["dropped_arrivals"] = Value::String("0".into());
+        phases[5]["phase"] = Value::String("my-own-phase".into());
+        let problems = check_against_seed(&seed, &ours);
+        let all = problems.join("\n");
+        assert!(all.contains("fixed1-wave: missing .config.stages"), "{all}");
+        assert!(
+            all.contains("tenants-protected: missing .tenants.*.status_counts"),
+            "{all}"
+        );
+        assert!(all.contains("drain-native: .dropped_arrivals"), "{all}");
+        assert!(all.contains("my-own-phase: unknown phase"), "{all}");
+        // Stages: the list, its items and their two keys; status counts: the map and its values.
+        assert_eq!(problems.len(), 4 + 2 + 1 + 1, "{all}");
     }
 }

@@ -80,7 +80,8 @@ pub fn cells(result: &MatrixResult) -> Vec<Cell<'_>> {
     out
 }
 
-fn num(v: Option<f64>, digits: usize) -> String {
+/// `v` with `digits` decimals, `–` when absent.
+pub(crate) fn num(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "–".to_owned(), |v| format!("{v:.digits$}"))
 }
 

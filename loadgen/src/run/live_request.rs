@@ -70,13 +70,31 @@ pub async fn stream_request(
     body: Bytes,
     strategy: Option<&str>,
     clock: PhaseClock,
+    record: RequestRecord,
+    limit: Duration,
+) -> RequestRecord {
+    let headers: &[(&str, &str)] = match strategy {
+        Some(strategy) => &[("routing-strategy", strategy)],
+        None => &[],
+    };
+    stream_request_with_headers(client, url, body, headers, clock, record, limit).await
+}
+
+/// [`stream_request`] with any extra request headers (`routing-strategy`, a tenant header);
+/// a header that cannot be sent is recorded as a connect error.
+pub async fn stream_request_with_headers(
+    client: &HttpClient,
+    url: &str,
+    body: Bytes,
+    headers: &[(&str, &str)],
+    clock: PhaseClock,
     mut record: RequestRecord,
     limit: Duration,
 ) -> RequestRecord {
     record.dispatched = clock.now();
     let outcome = tokio::time::timeout(
         limit,
-        exchange(client, url, body, strategy, clock, &mut record),
+        exchange(client, url, body, headers, clock, &mut record),
     )
     .await;
     match outcome {
@@ -94,13 +112,13 @@ async fn exchange(
     client: &HttpClient,
     url: &str,
     body: Bytes,
-    strategy: Option<&str>,
+    headers: &[(&str, &str)],
     clock: PhaseClock,
     record: &mut RequestRecord,
 ) -> Result<(), ErrorClass> {
     let mut request = http::Request::post(url).header("content-type", "application/json");
-    if let Some(strategy) = strategy {
-        request = request.header("routing-strategy", strategy);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
     }
     let request = request
         .body(Full::new(body))

@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use gateway::admit::AdmissionConfig;
 use gateway::config::BackendConfig;
 use gateway::{GatewayConfig, GatewayHandle};
 use mock_engine::model::EngineProfile;
@@ -31,6 +32,8 @@ pub struct LocalOptions {
     pub profile: EngineProfile,
     pub time_scale: f64,
     pub model: String,
+    /// The gateway's `[admission]` table (tenant caps for the operations phases).
+    pub admission: AdmissionConfig,
 }
 
 impl LocalStack {
@@ -74,6 +77,7 @@ impl LocalStack {
                     model: Some(options.model.clone()),
                 })
                 .collect(),
+            admission: options.admission,
             ..GatewayConfig::default()
         };
         let gateway = match gateway::start(config).await {
@@ -140,6 +144,7 @@ mod tests {
             profile,
             time_scale: 100.0,
             model: "m".into(),
+            admission: AdmissionConfig::default(),
         })
         .await
         .unwrap();
@@ -186,6 +191,7 @@ mod tests {
             profile: EngineProfile::builtin("fast").expect("builtin fast profile"),
             time_scale: 0.0,
             model: "m".into(),
+            admission: AdmissionConfig::default(),
         })
         .await
         .unwrap_err();

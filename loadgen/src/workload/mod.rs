@@ -1,16 +1,24 @@
-//! What traffic to send: the matrix definition, prompts, schedules and priming plans.
+//! What traffic to send: the matrix definition, prompts, schedules and priming plans, and the
+//! operations phases (staged or closed-loop load, tenant mixes).
 //!
 //! Pure: no I/O (beyond [`Matrix::load`] reading its file), no clock, no threads. Runners
 //! (simulated or live) ask this module what to send and when, send it, and hand what
 //! happened to [`crate::measure`].
 
+pub mod arrivals;
 pub mod matrix;
+pub mod operations;
 pub mod priming;
 pub mod prompt;
 pub mod schedule;
 pub mod seeding;
 
+pub use arrivals::{OperationsRequest, stage_arrivals};
 pub use matrix::{Matrix, MatrixError, PhaseSpec, Priming, WorkloadShape};
+pub use operations::{
+    ArrivalProcess, Load, Operations, OperationsError, OperationsPhase, PhaseDef, Stage,
+    TenantShape,
+};
 pub use priming::{
     HotAssignment, candidate_count, choose_hot_families, family_owners, initial_owners,
 };
