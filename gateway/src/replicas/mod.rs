@@ -4,12 +4,14 @@
 //! it serves, its live load (router-core's [`PodLoad`]) and its health. The set is an
 //! [`ArcSwap`] snapshot ([`Replicas`]): discovery swaps in a new `Arc<Vec<…>>`, the request path
 //! only loads it, so nothing on the request path takes a lock. Sources and background work
-//! each have their own module: [`static_`] (flags and config file), [`embedded`] (in-process
-//! mock engines), [`kubernetes`] (pods watched through the API server), [`health`] (active
-//! probes, ejection, re-admission, model discovery) and [`engine_scrape`] (vLLM gauges into
-//! the load view). Health checks and the scrape read the current snapshot on every tick, so
-//! they cover whatever discovery has put there.
+//! each have their own module: [`discovery`] (the `[discovery]` settings), [`static_`] (flags
+//! and config file), [`embedded`] (in-process mock engines), [`kubernetes`] (pods watched
+//! through the API server), [`health`] (active probes, ejection, re-admission, model
+//! discovery) and [`engine_scrape`] (vLLM gauges into the load view). Health checks and the
+//! scrape read the current snapshot on every tick, so they cover whatever discovery has put
+//! there.
 
+pub mod discovery;
 pub mod embedded;
 pub mod engine_scrape;
 pub mod health;

@@ -395,6 +395,95 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A TLS API server on loopback (the test certificates in `testdata/`) answering `{}`
+    /// and recording each request's `authorization` header.
+    async fn tls_api_server() -> (u16, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        use hyper::service::service_fn;
+        use rustls_pki_types::PrivateKeyDer;
+        let certs =
+            vec![CertificateDer::from_pem_slice(include_bytes!("testdata/server.crt")).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(include_bytes!("testdata/server.key")).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (seen, received) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            // Bounded: the test makes at most four connections.
+            for _ in 0..4 {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    continue;
+                };
+                let seen = seen.clone();
+                let service = service_fn(move |request: Request<Incoming>| {
+                    let auth = request
+                        .headers()
+                        .get(header::AUTHORIZATION)
+                        .map(|v| v.to_str().unwrap_or("").to_owned())
+                        .unwrap_or_default();
+                    let _ = seen.send(auth);
+                    async {
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                            http_body_util::Full::new(Bytes::from_static(b"{}")),
+                        ))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            }
+        });
+        (port, received)
+    }
+
+    fn service_account(name: &str, ca: &[u8], token: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("prefixgate-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ca.crt"), ca).unwrap();
+        std::fs::write(dir.join("token"), token).unwrap();
+        dir
+    }
+
+    #[tokio::test]
+    async fn in_cluster_https_checks_the_ca_and_sends_the_current_token() {
+        let (port, mut seen) = tls_api_server().await;
+        let dir = service_account("sa-tls", include_bytes!("testdata/ca.crt"), "token-1\n");
+        let env = |key: &str| match key {
+            "KUBERNETES_SERVICE_HOST" => Some("127.0.0.1".to_owned()),
+            "KUBERNETES_SERVICE_PORT" => Some(port.to_string()),
+            _ => None,
+        };
+        let api = ApiServer::new(None, env, &dir).unwrap();
+        assert_eq!(api.url(), format!("https://127.0.0.1:{port}"));
+        let response = api.get("/api/v1/namespaces/x/pods").await.unwrap();
+        assert_eq!(response.status, StatusCode::OK);
+        assert_eq!(response.collect(1024).await.unwrap(), "{}");
+        assert_eq!(seen.recv().await.unwrap(), "Bearer token-1");
+
+        // The kubelet rotates the token: the next request carries the new one.
+        std::fs::write(dir.join("token"), "token-2").unwrap();
+        api.get("/").await.unwrap();
+        assert_eq!(seen.recv().await.unwrap(), "Bearer token-2");
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        // A server whose certificate the CA did not sign is refused.
+        let other = service_account("sa-other", include_bytes!("testdata/other-ca.crt"), "t");
+        let api =
+            ApiServer::new(Some(&format!("https://127.0.0.1:{port}")), |_| None, &other).unwrap();
+        let error = api.get("/").await.unwrap_err();
+        assert!(matches!(error, ApiError::Tls { .. }), "{error}");
+        std::fs::remove_dir_all(&other).unwrap();
+    }
+
     #[tokio::test]
     async fn a_refused_connection_names_the_server() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio::sync::watch as signal;
 
-use crate::config::DiscoveryConfig;
+use crate::replicas::discovery::DiscoveryConfig;
 use crate::replicas::{Replica, Replicas};
 
 use self::api::ApiServer;
