@@ -4,8 +4,9 @@
 //! This is the library entry used by `main`, by the end-to-end tests and by loadgen's local
 //! runner. Start-up order: validate → router → replicas (embedded, then static; or the
 //! Kubernetes watch, waited for up to [`FIRST_POD_LIST_WAIT`]) → one health round (so models
-//! are known) → background tasks (health, engine scrape, index sweep) → bind both listeners. Shutdown: stop accepting, let in-flight responses finish up to the
-//! grace period, then cut the rest (their guards release as the bodies drop).
+//! are known) → bind both listeners → background tasks (health, engine scrape, index
+//! sweep). Shutdown: stop accepting, let in-flight responses finish up to the grace period,
+//! then cut the rest (their guards release as the bodies drop).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,7 +48,7 @@ pub enum StartError {
     #[error("invalid backend: {0}")]
     Backend(String),
     #[error(
-        "no replicas: give --backend NAME=URL, [[backends]] in the config file, or --mock-engines N"
+        "no replicas: give --backend NAME=URL, [[backends]] in the config file, --mock-engines N or --discovery kubernetes"
     )]
     NoReplicas,
     #[error("cannot listen on {addr}: {source}")]
