@@ -1,4 +1,5 @@
-//! loadgen: the 24-phase routing matrix, live, local and simulated, in the seed's schema.
+//! loadgen: the 24-phase routing matrix, live, local and simulated, in the seed's schema; and
+//! the operations phases (waves, closed loops, tenant mixes), live and local, in theirs.
 //!
 //! Three parts, kept apart so the live and simulated paths share everything but the sending:
 //! - [`workload`]: what to send and when (matrix file, prompts, schedule, priming plans);

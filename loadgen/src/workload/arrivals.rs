@@ -8,7 +8,10 @@
 //! is the seed harness's size (512–522 prompt tokens at `repeat = 30`, 1472–1482 at 90,
 //! 4832–4842 at 300, against the seed's 4831–4842). Without
 //! `shared_prefix` the text starts with a nonce unique to the request, so no two requests
-//! share a cached block; with it, a tenant's requests share their `16 × repeat`-word prefix.
+//! share a cached block; with it, a tenant's requests share their `16 × repeat`-word prefix,
+//! and so do that tenant's requests in every other `shared_prefix` phase of the file (the
+//! prefix depends on the file seed, tenant and size, not on the phase): the seed's four
+//! online cache phases hit one prefix that stayed cached from phase to phase.
 
 use rand::Rng;
 
@@ -107,7 +110,8 @@ impl OperationsPhase {
         let body = self.tenant_of(request).repeat as usize * TOKENS_PER_REPEAT;
         let name = &self.def.name;
         if self.def.shared_prefix {
-            let prefix = prompt::family_prefix(name, self.seed, 0, request.tenant, body);
+            let tenant = format!("shared-prefix-{}", self.tenant_of(request).name);
+            let prefix = prompt::family_prefix(&tenant, self.seed, 0, 0, body);
             let tail =
                 prompt::request_tail(name, self.seed, "ops", request.index, request.tail_tokens);
             prompt::join(&prefix, &tail)
@@ -215,6 +219,19 @@ mod tests {
             .take_while(|(a, b)| a == b)
             .count();
         assert_eq!(shared, 300 * TOKENS_PER_REPEAT);
+        // The next cache phase's requests share that prefix too, not their tails.
+        let next = ops
+            .phases
+            .iter()
+            .find(|p| p.def.name == "cache-online-prefix-b")
+            .unwrap();
+        let z = next.prompt(&next.request(0));
+        let common = x
+            .split(' ')
+            .zip(z.split(' '))
+            .take_while(|(a, b)| a == b)
+            .count();
+        assert_eq!(common, 300 * TOKENS_PER_REPEAT);
         assert!((4832..=4842).contains(&words(&x)));
     }
 }
