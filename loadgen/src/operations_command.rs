@@ -77,6 +77,15 @@ pub fn run(args: OperationsArgs) -> Result<()> {
         if let Some(note) = &p.def.note {
             notes.push(format!("{}: {note}", p.def.name));
         }
+        // A real gateway's replicas and admission are its operator's; say the file's are unused.
+        if !local && (p.def.replicas.is_some() || p.def.admission.is_some()) {
+            let note = format!(
+                "{}: replicas and admission apply to --local only; the gateway's own settings were used",
+                p.def.name
+            );
+            eprintln!("note: {note}");
+            notes.push(note);
+        }
     }
     if !(request_timeout.is_finite() && request_timeout > 0.0) {
         bail!("--request-timeout must be > 0 seconds");
