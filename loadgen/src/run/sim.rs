@@ -155,6 +155,18 @@ pub fn simulate_phase(
     options: &SimOptions,
     clock_origin: f64,
 ) -> Result<PhaseResult, SimError> {
+    simulate_phase_traced(phase, options, clock_origin).map(|(result, _)| result)
+}
+
+/// [`simulate_phase`], also returning every measured request as served (its record, the
+/// engine it ran on and the router's decision), in arrival order: the per-request trace
+/// that explains a phase's figures. A phase builds its own cluster and router, so a phase
+/// traced alone gives the same figures as inside its matrix.
+pub fn simulate_phase_traced(
+    phase: &PhaseSpec,
+    options: &SimOptions,
+    clock_origin: f64,
+) -> Result<(PhaseResult, Vec<Served>), SimError> {
     let router = Router::new(options.router.clone())
         .map_err(|e| SimError::Config(format!("router configuration: {e}")))?;
     let rng = rng_for(phase.seed, &[&phase.name, "routing"]);
@@ -223,13 +235,13 @@ pub fn simulate_phase(
         config: phase_config(phase, setup.hot.as_ref()),
         clock_origin: clock_origin - t0,
         families: phase.shape.families,
-        records: served.into_iter().map(|s| s.record).collect(),
+        records: served.iter().map(|s| s.record.clone()).collect(),
         replicas,
         initial_prefix_owners: setup.initial_prefix_owners,
         routing_counter_deltas: Some(tally.deltas()),
         dropped: 0,
     };
-    Ok(summarize(&outcome, &options.slo))
+    Ok((summarize(&outcome, &options.slo), served))
 }
 
 /// Sends one priming request and runs it to completion; it must succeed.

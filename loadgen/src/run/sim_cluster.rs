@@ -62,7 +62,7 @@ pub struct Arrival {
 }
 
 /// What became of one arrival.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Served {
     pub record: RequestRecord,
     /// The engine it ran on.
