@@ -330,6 +330,8 @@ mod tests {
         let guard = load.acquire_work(router_core::load::RequestWork {
             blocks: 10,
             prefill_blocks: 4,
+            shared_prefix: None,
+            copies_prefix: false,
         });
         let mut body = GuardedBody::new(
             upstream(vec![Ok("data: 1\n\n"), Ok("data: 2\n\n")]),

@@ -99,7 +99,7 @@ fn goods(phases: &[PhaseResult]) -> Goods {
 /// calibrated profile at the default settings, as (round, scenario, good requests short at
 /// most). Each deficit is today's, so a listed cell may not fall further; a cell not listed
 /// must be at least the best other route. docs/POLICY.md explains each one.
-const KNOWN_GAPS: [(&str, &str, usize); 2] = [("r1", "hot50", 2), ("r2", "cold-uniform", 6)];
+const KNOWN_GAPS: [(&str, &str, usize); 1] = [("r2", "cold-uniform", 6)];
 
 /// The policy check's problems (empty when it holds), and the totals per route. `gaps`
 /// lists the cells allowed to fall short, and by how much at most.
@@ -397,6 +397,69 @@ fn oracle_cold_uniform() {
         println!(
             "{}: best static placement {} good (mask {:#b}); distribution {histogram:?}",
             phase.name, best.0, best.1
+        );
+    }
+}
+
+/// The per-request trace of one phase (`PL_TRACE`, a phase name such as `r1-hot50-prefix-load`)
+/// in one variant (`PL_VARIANT`, a substring of a sweep variant's name; the seed matrix
+/// without it), at the weights of `PL_WEIGHTS`' first set: one line per measured request,
+/// with the decision that placed it and its outcome. This is how docs/POLICY.md's gaps were
+/// traced.
+#[test]
+#[ignore = "evaluation: prints one phase request by request"]
+fn trace_phase() {
+    use loadgen::measure::{Slo, is_good};
+    use loadgen::run::sim::simulate_phase_traced;
+    let Ok(name) = std::env::var("PL_TRACE") else {
+        println!("set PL_TRACE to a phase name, e.g. r1-hot50-prefix-load");
+        return;
+    };
+    let variant = match std::env::var("PL_VARIANT") {
+        Ok(only) => sweep_variants()
+            .into_iter()
+            .find(|v| v.name.contains(&only))
+            .expect("PL_VARIANT names a sweep variant"),
+        Err(_) => Variant::seed_like(),
+    };
+    let weights = weight_sets().remove(0);
+    let matrix = variant.matrix(&ROUTES);
+    let phase = matrix
+        .phases()
+        .into_iter()
+        .find(|p| p.name == name)
+        .expect("PL_TRACE names a phase of the matrix");
+    let mut options = SimOptions::seed_like(variant.profile.clone());
+    options.replicas = variant.replicas;
+    options.router.prefix_load = weights;
+    options.kv_synced_priming = variant.kv_synced_priming;
+    let (result, served) = simulate_phase_traced(&phase, &options, 0.0).expect("simulates");
+    println!(
+        "{} ({}): {} good; index family scheduled pod selection match% outstanding ttft e2e good",
+        phase.name, variant.name, result.good
+    );
+    let t0 = served.first().map_or(0.0, |s| s.record.scheduled);
+    for s in &served {
+        let r = &s.record;
+        let d = s.decision.as_ref();
+        println!(
+            "{:3} f{:<2} {:7.2} {:8} {:24} {:>4} {:>3} {:>6} {:>6} {}",
+            r.index,
+            r.family,
+            r.scheduled - t0,
+            r.target_pod.as_deref().unwrap_or("-"),
+            d.and_then(|d| d.selection)
+                .map_or("-".into(), |s| format!("{s:?}")),
+            d.and_then(|d| d.match_percent)
+                .map_or("-".into(), |m| m.to_string()),
+            r.outstanding_at_selection.unwrap_or(0),
+            r.ttft().map_or("-".into(), |t| format!("{t:.3}")),
+            r.e2e().map_or("-".into(), |t| format!("{t:.2}")),
+            if is_good(r, &Slo::default()) {
+                ""
+            } else {
+                "MISS"
+            },
         );
     }
 }

@@ -18,8 +18,9 @@
 //! Only prefix-aware strategies hash the prompt, so requests routed by `random` or
 //! `least-request` add no blocks (they still count as outstanding).
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Engine statistics scraped from a replica's `/metrics` (`vllm:num_requests_running`,
 /// `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`).
@@ -45,6 +46,20 @@ pub struct PodLoad {
     active_blocks: AtomicU64,
     /// Blocks still to prefill for the outstanding requests that have not begun answering.
     pending_prefill_blocks: AtomicU64,
+    /// Outstanding requests by the prefix they share with earlier requests
+    /// ([`RequestWork::shared_prefix`]): how much of this pod's load one prefix makes, and
+    /// whether a copy of it is still being prefilled here.
+    prefixes: Mutex<HashMap<u64, PrefixCounts>>,
+}
+
+/// One shared prefix's requests on one pod.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefixCounts {
+    /// Outstanding requests sharing the prefix.
+    pub outstanding: u32,
+    /// Of those, copies: requests that brought the prefix here and have not yet answered
+    /// their first byte, so the prefix is not usable here yet.
+    pub copying: u32,
 }
 
 /// The work a request brings to a pod, in prompt blocks (see the module docs).
@@ -54,6 +69,13 @@ pub struct RequestWork {
     pub blocks: u64,
     /// Of those, the blocks the pod is expected to prefill (not already cached there).
     pub prefill_blocks: u64,
+    /// The hash of the deepest block this request shares with earlier ones (its longest
+    /// match on any pod), naming the prefix it belongs to; `None` for a prompt no pod holds
+    /// any of.
+    pub shared_prefix: Option<u64>,
+    /// The request copies that prefix here: the pod did not hold it, so it is usable here
+    /// only once this request has prefilled it (its first byte).
+    pub copies_prefix: bool,
 }
 
 const NO_STATS: u32 = u32::MAX;
@@ -68,6 +90,7 @@ impl PodLoad {
             kv_usage_bits: AtomicU64::new(0),
             active_blocks: AtomicU64::new(0),
             pending_prefill_blocks: AtomicU64::new(0),
+            prefixes: Mutex::new(HashMap::new()),
         })
     }
 
@@ -97,12 +120,30 @@ impl PodLoad {
         self.active_blocks.fetch_add(work.blocks, Ordering::AcqRel);
         self.pending_prefill_blocks
             .fetch_add(work.prefill_blocks, Ordering::AcqRel);
+        if let Some(prefix) = work.shared_prefix {
+            let mut prefixes = self.prefixes();
+            let counts = prefixes.entry(prefix).or_default();
+            counts.outstanding += 1;
+            counts.copying += u32::from(work.copies_prefix);
+        }
         OutstandingGuard {
             load: Arc::clone(self),
             at_selection: before,
             blocks: work.blocks,
             pending_prefill: work.prefill_blocks,
+            shared_prefix: work.shared_prefix,
+            copying: work.copies_prefix,
         }
+    }
+
+    /// This pod's requests sharing `prefix` (see [`RequestWork::shared_prefix`]).
+    pub fn prefix_counts(&self, prefix: u64) -> PrefixCounts {
+        self.prefixes().get(&prefix).copied().unwrap_or_default()
+    }
+
+    /// The counts stay consistent under a poisoned lock: every update is one map operation.
+    fn prefixes(&self) -> std::sync::MutexGuard<'_, HashMap<u64, PrefixCounts>> {
+        self.prefixes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Prompt blocks of the requests outstanding here.
@@ -153,6 +194,9 @@ pub struct OutstandingGuard {
     blocks: u64,
     /// Pending-prefill blocks still held (0 once released).
     pending_prefill: u64,
+    shared_prefix: Option<u64>,
+    /// Still counted as copying its shared prefix here (until the first byte).
+    copying: bool,
 }
 
 impl OutstandingGuard {
@@ -171,6 +215,12 @@ impl OutstandingGuard {
                 .pending_prefill_blocks
                 .fetch_sub(pending, Ordering::AcqRel);
         }
+        if std::mem::take(&mut self.copying)
+            && let Some(prefix) = self.shared_prefix
+            && let Some(counts) = self.load.prefixes().get_mut(&prefix)
+        {
+            counts.copying = counts.copying.saturating_sub(1);
+        }
     }
 }
 
@@ -180,6 +230,15 @@ impl Drop for OutstandingGuard {
         self.load
             .active_blocks
             .fetch_sub(self.blocks, Ordering::AcqRel);
+        if let Some(prefix) = self.shared_prefix {
+            let mut prefixes = self.load.prefixes();
+            if let Some(counts) = prefixes.get_mut(&prefix) {
+                counts.outstanding = counts.outstanding.saturating_sub(1);
+                if counts.outstanding == 0 {
+                    prefixes.remove(&prefix);
+                }
+            }
+        }
         self.load.outstanding.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -214,6 +273,8 @@ mod tests {
         let work = RequestWork {
             blocks: 40,
             prefill_blocks: 30,
+            shared_prefix: None,
+            copies_prefix: false,
         };
         let mut a = load.acquire_work(work);
         let b = load.acquire_work(work);
@@ -242,6 +303,38 @@ mod tests {
             ),
             (0, 0, 0)
         );
+    }
+
+    #[test]
+    fn prefix_counts_follow_their_guards_and_copies_end_at_the_first_byte() {
+        let load = PodLoad::new();
+        let work = |copies_prefix| RequestWork {
+            blocks: 10,
+            prefill_blocks: 10,
+            shared_prefix: Some(7),
+            copies_prefix,
+        };
+        let mut copy = load.acquire_work(work(true));
+        let hit = load.acquire_work(work(false));
+        let other = load.acquire_work(RequestWork::default());
+        let counts = |outstanding, copying| PrefixCounts {
+            outstanding,
+            copying,
+        };
+        assert_eq!(load.prefix_counts(7), counts(2, 1));
+        assert_eq!(load.prefix_counts(8), counts(0, 0));
+        copy.first_token();
+        copy.first_token();
+        assert_eq!(load.prefix_counts(7), counts(2, 0));
+        drop(hit);
+        drop(other);
+        assert_eq!(load.prefix_counts(7), counts(1, 0));
+        drop(copy);
+        assert_eq!(load.prefix_counts(7), counts(0, 0));
+        // A copy that fails before its first byte releases its mark when dropped.
+        drop(load.acquire_work(work(true)));
+        assert_eq!(load.prefix_counts(7), counts(0, 0));
+        assert_eq!(load.outstanding(), 0);
     }
 
     #[test]

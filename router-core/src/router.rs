@@ -145,6 +145,8 @@ impl Router {
         let guard = chosen.load.acquire_work(RequestWork {
             blocks,
             prefill_blocks: uncached_blocks(blocks, choice.match_percent.unwrap_or(0)),
+            shared_prefix: choice.shared_prefix,
+            copies_prefix: choice.selection == Some(crate::decision::Selection::CostModel),
         });
         if strategy.uses_prefix_index() && !hashes.is_empty() {
             self.index.add(request.model, &hashes, chosen.name, now);

@@ -112,6 +112,9 @@ pub struct Choice {
     pub selection: Option<Selection>,
     pub match_percent: Option<u8>,
     pub imbalance: bool,
+    /// The hash of the deepest block the request shares with the best-matching pod, when a
+    /// prefix-aware policy found one (counted per pod, see `RequestWork::shared_prefix`).
+    pub shared_prefix: Option<u64>,
 }
 
 impl Choice {
@@ -122,6 +125,7 @@ impl Choice {
             selection: None,
             match_percent: None,
             imbalance: false,
+            shared_prefix: None,
         }
     }
 }

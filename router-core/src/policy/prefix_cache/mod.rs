@@ -61,6 +61,7 @@ impl Policy for PrefixCache {
                 selection: Some(Selection::PrefixMatch),
                 match_percent: Some(percent_of(pod)),
                 imbalance,
+                shared_prefix: None,
             };
         }
         let pod = least_loaded_of(&counts, input.rng);
@@ -74,6 +75,7 @@ impl Policy for PrefixCache {
             selection: Some(selection),
             match_percent: Some(percent_of(pod)),
             imbalance,
+            shared_prefix: None,
         }
     }
 }

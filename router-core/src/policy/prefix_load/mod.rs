@@ -27,7 +27,17 @@
 //!   and runs at full speed, so it costs little more than its own blocks
 //!   (`idle_prefill_weight`). That is what copies a hot prefix to an idle pod *early*, while
 //!   the copy is fast enough to meet a TTFT SLO, instead of once its owner saturates and the
-//!   copy must share a busy engine.
+//!   copy must share a busy engine. The idle price applies only to a prefix that is new or
+//!   in use (a pod holding it has one of its requests outstanding): a prefix nobody is
+//!   requesting right now gains nothing from a second home.
+//! - A copy in progress is not a hit: the index records a prefix for a pod as soon as a
+//!   request is routed there, but until that request's first byte the pod is still
+//!   prefilling it, and a request sent after it would wait for the copy and slow it down.
+//!   So while a pod is copying the request's prefix ([`PrefixCounts::copying`]), the
+//!   request's whole prompt counts as uncached there.
+//!
+//! The prefix of a request is named by the hash of the deepest block it shares with its best
+//! holder; [`PodLoad`] counts each pod's outstanding requests and copies per prefix.
 //!
 //! So a cached pod with spare room wins (its prefill term is small), a hot prefix's owner
 //! loses to an idle pod once it carries more than `idle_prefill_weight` requests' work, and
@@ -49,7 +59,7 @@ use rand::Rng;
 use super::least_request::least_loaded_of;
 use super::{Choice, Policy, PolicyInput};
 use crate::decision::Selection;
-use crate::load::PodLoad;
+use crate::load::{PodLoad, PrefixCounts};
 
 pub mod config;
 
@@ -72,17 +82,49 @@ impl Policy for PrefixLoad {
                 selection: Some(Selection::LeastRequestFallback),
                 match_percent: Some(0),
                 imbalance: false,
+                shared_prefix: None,
             };
         }
         let weights = &input.config.prefix_load;
+        let best = percents.iter().copied().max().unwrap_or(0);
+        // The prefix is named by the deepest block it shares with its best holder.
+        let held = blocks - uncached_blocks(blocks, best);
+        let shared_prefix = held
+            .checked_sub(1)
+            .and_then(|last| input.hashes.get(last as usize).copied());
+        // Requests of this prefix outstanding on each pod, and copies of it still prefilling.
+        let counts: Vec<PrefixCounts> = input
+            .pods
+            .iter()
+            .map(|pod| {
+                shared_prefix.map_or_else(PrefixCounts::default, |p| pod.load.prefix_counts(p))
+            })
+            .collect();
+        // An idle pod's cheap prefill is worth spending on a prefix that is new or in use;
+        // one whose holders serve none of its requests right now gains nothing from a
+        // second home.
+        let in_use = shared_prefix.is_none()
+            || percents
+                .iter()
+                .zip(&counts)
+                .any(|(&pct, c)| pct == best && c.outstanding > 0);
         let costs: Vec<f64> = input
             .pods
             .iter()
             .zip(&percents)
-            .map(|(pod, &pct)| pod_cost(pod.load, uncached_blocks(blocks, pct), weights))
+            .zip(&counts)
+            .map(|((pod, &pct), c)| {
+                // A copy still prefilling there is not a cache hit yet: this request would
+                // wait for it and slow it down, as if it prefilled the prompt itself.
+                let uncached = if c.copying > 0 {
+                    blocks
+                } else {
+                    uncached_blocks(blocks, pct)
+                };
+                pod_cost(pod.load, uncached, weights, in_use)
+            })
             .collect();
         let pod = cheapest(&costs, input.rng);
-        let best = percents.iter().copied().max().unwrap_or(0);
         let chosen = percents[pod];
         let selection = if best == 0 {
             Selection::LeastRequestFallback
@@ -96,6 +138,7 @@ impl Policy for PrefixLoad {
             selection: Some(selection),
             match_percent: Some(chosen),
             imbalance: selection == Selection::CostModel,
+            shared_prefix,
         }
     }
 }
@@ -110,13 +153,14 @@ pub fn uncached_blocks(blocks: u64, percent: u8) -> u64 {
 }
 
 /// The estimated cost of sending a request that must prefill `uncached` blocks to `load`.
-pub fn pod_cost(load: &PodLoad, uncached: u64, weights: &PrefixLoadConfig) -> f64 {
+/// `idle_rule`: an idle pod's prefill may be priced at `idle_prefill_weight`.
+pub fn pod_cost(load: &PodLoad, uncached: u64, weights: &PrefixLoadConfig, idle_rule: bool) -> f64 {
     let active = load.active_blocks() as f64;
     // On a pod with nothing outstanding the prefill shares no step and delays no one already
     // there: it costs about its own time (and the wait of the next arrival behind it), so a
     // hot prefix is copied there early, while the copy is fast, rather than once its owner
     // saturates and every pod is busy.
-    let prefill_weight = if load.outstanding() == 0 {
+    let prefill_weight = if idle_rule && load.outstanding() == 0 {
         weights.idle_prefill_weight
     } else {
         weights.prefill_weight

@@ -19,6 +19,8 @@ const MODEL: &str = "m";
 struct PodState {
     outstanding: u64,
     pending: u64,
+    /// The prefix the outstanding requests share (`RequestWork::shared_prefix`).
+    prefix: Option<u64>,
 }
 
 struct Cluster {
@@ -39,6 +41,8 @@ impl Cluster {
                 let mut guard = load.acquire_work(RequestWork {
                     blocks,
                     prefill_blocks: blocks,
+                    shared_prefix: state.prefix,
+                    copies_prefix: false,
                 });
                 if i >= state.pending {
                     guard.first_token();
@@ -86,7 +90,16 @@ fn request(family: u64, blocks: u64) -> Vec<u64> {
 fn busy(outstanding: u64) -> PodState {
     PodState {
         outstanding,
-        pending: 0,
+        ..PodState::default()
+    }
+}
+
+/// `busy(outstanding)`, every request sharing the prefix that ends with block `last`.
+fn busy_with(outstanding: u64, last: u64) -> PodState {
+    PodState {
+        outstanding,
+        prefix: Some(last),
+        ..PodState::default()
     }
 }
 
@@ -150,21 +163,69 @@ fn a_busy_owner_keeps_a_hot_prefix_until_its_extra_work_outweighs_a_prefill() {
 #[test]
 fn an_idle_pod_takes_a_copy_of_a_hot_prefix_early() {
     // An idle pod's prefill is priced at `idle_prefill_weight` (2): an owner carrying three
-    // requests loses the next one to it, while the copy is still fast there.
+    // requests of the prefix loses the next one to it, while the copy is still fast there.
     let hashes = request(2, 40);
-    let cluster = Cluster::new(&[busy(3), busy(0)], 40);
+    let cluster = Cluster::new(&[busy_with(3, hashes[39]), busy(0)], 40);
     cluster.hold(0, &hashes);
     for seed in 0..20 {
         let choice = cluster.choose(&hashes, seed);
         assert_eq!(choice.pod, 1);
         assert_eq!(choice.selection, Some(Selection::CostModel));
+        assert_eq!(choice.shared_prefix, Some(hashes[39]));
     }
     // An owner with one request keeps its family: copying would cost more than it saves.
-    let cluster = Cluster::new(&[busy(1), busy(0)], 40);
+    let cluster = Cluster::new(&[busy_with(1, hashes[39]), busy(0)], 40);
     cluster.hold(0, &hashes);
     for seed in 0..20 {
         assert_eq!(cluster.choose(&hashes, seed).pod, 0);
     }
+}
+
+#[test]
+fn an_idle_pod_gets_no_cheap_copy_of_a_prefix_nobody_is_requesting() {
+    // The owner is as loaded as above, but with other prefixes' requests: this one's family
+    // is served by nobody right now, so the idle price does not apply and it stays.
+    let hashes = request(2, 40);
+    let cluster = Cluster::new(&[busy_with(3, 99), busy(0)], 40);
+    cluster.hold(0, &hashes);
+    for seed in 0..20 {
+        let choice = cluster.choose(&hashes, seed);
+        assert_eq!(choice.pod, 0);
+        assert_eq!(choice.selection, Some(Selection::PrefixMatch));
+    }
+    // A new prefix (no pod holds any of it) still prefers the idle pod.
+    for seed in 0..20 {
+        assert_eq!(cluster.choose(&request(5, 40), seed).pod, 1);
+    }
+}
+
+#[test]
+fn a_copy_in_progress_is_not_a_hit() {
+    // Pod 1 holds the prefix in the index only because a copy was routed there, and that
+    // copy has not answered yet: the next request of the prefix would wait for it.
+    let hashes = request(2, 40);
+    let cluster = Cluster::new(&[busy_with(2, hashes[39]), busy(0)], 40);
+    cluster.hold(0, &hashes);
+    cluster.hold(1, &hashes);
+    let mut copy = cluster.loads[1].acquire_work(RequestWork {
+        blocks: 40,
+        prefill_blocks: 40,
+        shared_prefix: Some(hashes[39]),
+        copies_prefix: true,
+    });
+    for seed in 0..20 {
+        let choice = cluster.choose(&hashes, seed);
+        assert_eq!(choice.pod, 0, "the owner, not the pod still copying");
+    }
+    // Once the copy has answered, pod 1 holds the prefix for real and is the lighter one.
+    copy.first_token();
+    assert_eq!(cluster.loads[1].prefix_counts(hashes[39]).copying, 0);
+    for seed in 0..20 {
+        let choice = cluster.choose(&hashes, seed);
+        assert_eq!(choice.pod, 1);
+        assert_eq!(choice.selection, Some(Selection::PrefixMatch));
+    }
+    drop(copy);
 }
 
 #[test]
@@ -175,6 +236,7 @@ fn pending_prefills_push_a_cold_request_away() {
             PodState {
                 outstanding: 2,
                 pending: 1,
+                prefix: None,
             },
             busy(2),
         ],
@@ -233,6 +295,7 @@ fn an_engine_queue_of_pending_prefills_is_not_counted_twice() {
         PodState {
             outstanding: 3,
             pending: 1,
+            prefix: None,
         },
         busy(4),
     ];
