@@ -1,5 +1,6 @@
 //! Step 1 of the request path: admission. API keys, a global in-flight cap, and per-tenant
-//! in-flight caps, checked before the body is read.
+//! in-flight caps, checked before the body is read; per-tenant token rates, charged once the
+//! body is parsed.
 //!
 //! An admitted request holds an [`AdmissionPermit`] that the response body keeps until it
 //! ends (like the outstanding guard), so the caps count responses still streaming, not just
@@ -7,6 +8,13 @@
 //! global one) and a sharded map (tenants), so admission takes no global lock. A tenant's
 //! entry is removed when its last request ends, so tenant names sent by clients cannot grow
 //! the map without bound.
+//!
+//! Token rates need the body (the prompt and `max_tokens`), so [`Admission::charge_tokens`]
+//! runs after parsing and before routing, once per request whatever the retries. The
+//! [`TokenHold`] it returns rides on the response body like the permit and settles the
+//! tenant's bucket to the replica's reported `usage` ([`token_rate`] for the buckets,
+//! [`request_cost`] for the estimate). A request larger than its tenant's burst can never
+//! pass and is a 400 naming `max_tokens`, not a 429 a client would retry in vain.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +26,13 @@ use serde::Deserialize;
 
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
+
+pub mod request_cost;
+mod token_admission;
+pub mod token_rate;
+
+pub use token_admission::{DEFAULT_BURST_SECS, TokenHold};
+use token_rate::TokenRates;
 
 /// Longest tenant name taken from the header; longer values are refused, so clients cannot
 /// make the gateway store arbitrarily large keys.
@@ -38,8 +53,16 @@ pub struct AdmissionConfig {
     pub tenant_max_in_flight: usize,
     /// Per-tenant caps that override `tenant_max_in_flight`.
     pub tenants: BTreeMap<String, TenantConfig>,
-    /// The `Retry-After` value (seconds) sent with a 429.
+    /// The `Retry-After` value (seconds) sent with a 429 for an in-flight cap.
     pub retry_after_secs: u64,
+    /// Tokens per second per tenant, for tenants without their own rate; 0 for no limit.
+    pub tenant_tokens_per_second: u64,
+    /// Tokens a tenant may spend at once (and the largest request it may send); 0 for
+    /// [`DEFAULT_BURST_SECS`] seconds of its rate.
+    pub tenant_token_burst: u64,
+    /// Completion tokens charged for a request without `max_tokens` or
+    /// `max_completion_tokens`.
+    pub default_max_tokens: u64,
 }
 
 impl Default for AdmissionConfig {
@@ -51,6 +74,9 @@ impl Default for AdmissionConfig {
             tenant_max_in_flight: 0,
             tenants: BTreeMap::new(),
             retry_after_secs: 1,
+            tenant_tokens_per_second: 0,
+            tenant_token_burst: 0,
+            default_max_tokens: 1024,
         }
     }
 }
@@ -61,6 +87,14 @@ impl Default for AdmissionConfig {
 pub struct TenantConfig {
     /// Requests in flight for this tenant at most; 0 for no cap.
     pub max_in_flight: usize,
+    /// Tokens per second for this tenant (overrides `tenant_tokens_per_second`); 0 for no
+    /// limit.
+    #[serde(default)]
+    pub tokens_per_second: Option<u64>,
+    /// This tenant's token burst; absent or 0 for [`DEFAULT_BURST_SECS`] seconds of its
+    /// rate (its own rate when it sets one, else the default burst).
+    #[serde(default)]
+    pub token_burst: Option<u64>,
 }
 
 /// Admission state shared by all requests.
@@ -70,6 +104,7 @@ pub struct Admission {
     tenant_header: http::HeaderName,
     global: Arc<AtomicUsize>,
     tenants: Arc<TenantCounts>,
+    token_rates: TokenRates,
 }
 
 /// In-flight counts per tenant (only tenants under a cap, only while they have requests).
@@ -112,11 +147,13 @@ impl Admission {
         if config.api_keys.iter().any(String::is_empty) {
             return Err("admission.api_keys: an API key is empty".to_owned());
         }
+        config.validate_token_rates()?;
         Ok(Admission {
             config,
             tenant_header,
             global: Arc::new(AtomicUsize::new(0)),
             tenants: Arc::new(DashMap::new()),
+            token_rates: TokenRates::new(),
         })
     }
 
@@ -169,17 +206,9 @@ impl Admission {
                 )));
             }
         }
-        let Some(value) = headers.get(&self.tenant_header) else {
+        let Some(tenant) = self.tenant(headers)? else {
             return Ok(permit);
         };
-        let tenant = value
-            .to_str()
-            .ok()
-            .filter(|t| !t.is_empty() && t.len() <= MAX_TENANT_LEN)
-            .ok_or_else(|| GatewayError::BadHeader {
-                header: self.config.tenant_header.clone(),
-                reason: format!("must be 1 to {MAX_TENANT_LEN} visible characters"),
-            })?;
         let limit = self
             .config
             .tenants
@@ -210,6 +239,25 @@ impl Admission {
             )));
         }
         Ok(permit)
+    }
+
+    /// The tenant a request names, if any; a bad value is a client error.
+    pub(crate) fn tenant<'h>(
+        &self,
+        headers: &'h HeaderMap,
+    ) -> Result<Option<&'h str>, GatewayError> {
+        let Some(value) = headers.get(&self.tenant_header) else {
+            return Ok(None);
+        };
+        value
+            .to_str()
+            .ok()
+            .filter(|t| !t.is_empty() && t.len() <= MAX_TENANT_LEN)
+            .map(Some)
+            .ok_or_else(|| GatewayError::BadHeader {
+                header: self.config.tenant_header.clone(),
+                reason: format!("must be 1 to {MAX_TENANT_LEN} visible characters"),
+            })
     }
 
     fn rate_limited(&self, message: String) -> GatewayError {
@@ -297,7 +345,14 @@ mod tests {
     fn tenants_have_their_own_caps_and_are_forgotten_when_idle() {
         let metrics = Metrics::new().unwrap();
         let mut tenants = BTreeMap::new();
-        tenants.insert("B".to_owned(), TenantConfig { max_in_flight: 1 });
+        tenants.insert(
+            "B".to_owned(),
+            TenantConfig {
+                max_in_flight: 1,
+                tokens_per_second: None,
+                token_burst: None,
+            },
+        );
         let config = AdmissionConfig {
             tenant_max_in_flight: 3,
             tenants,

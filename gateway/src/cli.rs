@@ -144,6 +144,18 @@ pub struct Cli {
     /// Requests in flight per tenant at most, then 429 (0: no cap) [default: 0].
     #[arg(long, value_name = "N")]
     pub tenant_max_in_flight: Option<usize>,
+    /// Tokens per second per tenant (prompt + max_tokens, settled to the reply's usage),
+    /// then 429 with Retry-After (0: no limit) [default: 0].
+    #[arg(long, value_name = "N")]
+    pub tenant_tokens_per_second: Option<u64>,
+    /// Tokens a tenant may spend at once, and the largest request it may send
+    /// (0: 10 s of its rate) [default: 0].
+    #[arg(long, value_name = "N")]
+    pub tenant_token_burst: Option<u64>,
+    /// Completion tokens charged to a tenant's token rate for a request without max_tokens
+    /// [default: 1024].
+    #[arg(long, value_name = "N")]
+    pub default_max_tokens: Option<u64>,
     /// Prompt tokenizer for prefix hashing: character, tiktoken, hf [default: character].
     #[arg(long, value_name = "KIND")]
     pub tokenizer: Option<router_core::tokenize::TokenizerKind>,
@@ -297,6 +309,18 @@ impl Cli {
         set(
             &mut config.admission.tenant_max_in_flight,
             &self.tenant_max_in_flight,
+        );
+        set(
+            &mut config.admission.tenant_tokens_per_second,
+            &self.tenant_tokens_per_second,
+        );
+        set(
+            &mut config.admission.tenant_token_burst,
+            &self.tenant_token_burst,
+        );
+        set(
+            &mut config.admission.default_max_tokens,
+            &self.default_max_tokens,
         );
         set(&mut config.routing.tokenizer, &self.tokenizer);
         if self.hf_tokenizer_path.is_some() {
@@ -507,6 +531,45 @@ mod tests {
             .resolve(|_| None)
             .unwrap_err();
         assert!(error.to_string().contains("mock_engines"), "{error}");
+    }
+
+    #[test]
+    fn token_rate_flags_override_the_file_and_are_in_help() {
+        let config = parse(&[
+            "--tenant-tokens-per-second",
+            "500",
+            "--tenant-token-burst",
+            "8000",
+            "--default-max-tokens",
+            "64",
+        ])
+        .resolve(|_| None)
+        .unwrap();
+        assert_eq!(config.admission.tenant_tokens_per_second, 500);
+        assert_eq!(config.admission.tenant_token_burst, 8000);
+        assert_eq!(config.admission.default_max_tokens, 64);
+        let error = parse(&["--tenant-token-burst", "10"])
+            .resolve(|_| None)
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("tenant_tokens_per_second"),
+            "{error}"
+        );
+        let error =
+            Cli::try_parse_from(["prefixgate", "--tenant-tokens-per-second=-1"]).unwrap_err();
+        assert!(
+            error.to_string().contains("--tenant-tokens-per-second"),
+            "{error}"
+        );
+        use clap::CommandFactory;
+        let help = Cli::command().render_help().to_string();
+        for flag in [
+            "--tenant-tokens-per-second",
+            "--tenant-token-burst",
+            "--default-max-tokens",
+        ] {
+            assert!(help.contains(flag), "{flag} missing from --help");
+        }
     }
 
     #[test]

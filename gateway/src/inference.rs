@@ -1,5 +1,6 @@
 //! The request path of the OpenAI inference endpoints, step by step:
-//! admit ([`crate::admit`]) → read and parse the body ([`crate::parse`]) → choose a strategy and a replica
+//! admit ([`crate::admit`]) → read and parse the body ([`crate::parse`]) → charge the
+//! tenant's tokens ([`crate::admit::Admission::charge_tokens`]) → choose a strategy and a replica
 //! ([`crate::pick`]) → forward with retries ([`crate::proxy`]) → answer with the replica's
 //! status and headers plus prefixgate's routing headers ([`crate::headers`]) and a body that
 //! releases the pod when it ends ([`crate::release`]).
@@ -60,11 +61,29 @@ async fn serve(
     let fields = parse::fields(endpoint, &bytes)?;
     model.clone_from(&fields.model);
     let strategy = pick::strategy(&parts.headers, state.settings.default_strategy, endpoint)?;
+    // Charged once here, before routing, so retries inside `forward` never charge again.
+    let tokens =
+        state
+            .admission
+            .charge_tokens(&parts.headers, endpoint, &bytes, &fields, &state.metrics)?;
+    let forwarded = proxy::forward(state, strategy, &fields, &parts, bytes, request_id).await;
     let Forwarded {
         response,
         picked,
         sent_at,
-    } = proxy::forward(state, strategy, &fields, &parts, bytes, request_id).await?;
+    } = match forwarded {
+        Ok(forwarded) => forwarded,
+        Err(error) => {
+            // No replica ran the request, so its tokens go back, except after a first-byte
+            // timeout: the replica may still be running it.
+            if let Some(tokens) = tokens
+                && !matches!(error, GatewayError::UpstreamTimeout { .. })
+            {
+                tokens.refund();
+            }
+            return Err(error);
+        }
+    };
 
     let (upstream, upstream_body) = response.into_parts();
     let sse = upstream
@@ -87,7 +106,8 @@ async fn serve(
             sent_at,
         },
     )
-    .with_permit(permit);
+    .with_permit(permit)
+    .with_token_hold(tokens);
     let mut response = Response::new(Body::new(body));
     *response.status_mut() = upstream.status;
     headers::copy_response_headers(&upstream.headers, response.headers_mut());

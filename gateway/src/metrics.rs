@@ -297,7 +297,8 @@ impl Metrics {
     }
 
     /// Counts a request refused by admission (`unauthorized`, `global_in_flight`,
-    /// `tenant_in_flight`).
+    /// `tenant_in_flight`, `token_rate` for a tenant's empty token bucket, `token_burst` for
+    /// a request larger than its tenant's whole burst).
     pub fn record_admission_rejection(&self, reason: &str) {
         self.families
             .admission_rejections

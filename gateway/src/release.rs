@@ -22,7 +22,7 @@ use http_body::{Body, Frame, SizeHint};
 use router_core::OutstandingGuard;
 use tokio::time::{Instant, Sleep};
 
-use crate::admit::AdmissionPermit;
+use crate::admit::{AdmissionPermit, TokenHold};
 use crate::error::openai_error;
 use crate::metrics::Metrics;
 
@@ -59,6 +59,9 @@ pub struct GuardedBody<B> {
     guard: Option<OutstandingGuard>,
     /// The request's place under the admission caps, given back with the guard.
     permit: Option<AdmissionPermit>,
+    /// The tokens charged to the request's tenant: fed the body's frames to find `usage`,
+    /// and settled when released with the guard.
+    tokens: Option<TokenHold>,
     phase: Phase,
     sse: bool,
     idle: Duration,
@@ -87,6 +90,7 @@ impl<B> GuardedBody<B> {
             inner,
             guard: Some(guard),
             permit: None,
+            tokens: None,
             phase: Phase::Streaming,
             sse,
             idle,
@@ -104,10 +108,18 @@ impl<B> GuardedBody<B> {
         self
     }
 
-    /// Releases the guard and the permit and records the total time, once.
+    /// Holds the tenant's token charge until the body ends, settling it to the `usage` the
+    /// body reports.
+    pub fn with_token_hold(mut self, tokens: Option<TokenHold>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// Releases the guard, the permit and the token charge and records the total time, once.
     fn finish(&mut self) {
         self.guard = None;
         self.permit = None;
+        self.tokens = None;
         if let Some(completion) = self.completion.take() {
             completion
                 .metrics
@@ -179,6 +191,9 @@ where
                 if let Some(data) = frame.data_ref() {
                     if !data.is_empty() {
                         this.at_event_boundary = data.ends_with(b"\n\n");
+                    }
+                    if let Some(tokens) = this.tokens.as_mut() {
+                        tokens.observe(data);
                     }
                     if !this.first_frame_seen {
                         this.first_frame_seen = true;

@@ -5,8 +5,9 @@
 //! runner. Start-up order: validate → router → replicas (embedded, then static; or the
 //! Kubernetes watch, waited for up to [`FIRST_POD_LIST_WAIT`]) → one health round (so models
 //! are known) → bind both listeners → background tasks (health, engine scrape, index
-//! sweep). Shutdown: stop accepting, let in-flight responses finish up to the grace period,
-//! then cut the rest (their guards release as the bodies drop).
+//! sweep, and the token bucket sweep when token rates are on). Shutdown: stop accepting, let
+//! in-flight responses finish up to the grace period, then cut the rest (their guards
+//! release as the bodies drop).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,6 +30,9 @@ use crate::replicas::{Replicas, engine_scrape, kubernetes, static_};
 /// How long start-up waits for the first pod list before serving without replicas (the
 /// watch keeps trying; `/ready` answers 503 until a pod is routable).
 pub const FIRST_POD_LIST_WAIT: Duration = Duration::from_secs(5);
+
+/// How often refilled tenant token buckets are forgotten.
+pub const TOKEN_BUCKET_SWEEP: Duration = Duration::from_secs(5);
 
 /// Why a gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -178,6 +182,9 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
         Arc::clone(&state),
         Duration::from_secs(config.routing.eviction_interval_secs.max(1)),
     ));
+    if state.admission.has_token_rates() {
+        background.push(spawn_token_bucket_sweep(Arc::clone(&state)));
+    }
 
     let (stop, stopped) = watch::channel(false);
     let server = listener::spawn(listener, app(Arc::clone(&state)), stopped.clone());
@@ -218,7 +225,28 @@ fn spawn_index_sweep(state: Arc<AppState>, interval: Duration) -> JoinHandle<()>
     })
 }
 
+/// Forgets refilled tenant token buckets every [`TOKEN_BUCKET_SWEEP`], so tenant names
+/// sent once cannot pile up.
+fn spawn_token_bucket_sweep(state: Arc<AppState>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(TOKEN_BUCKET_SWEEP);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let removed = state.admission.sweep_token_buckets();
+            if removed > 0 {
+                tracing::debug!(removed, "token bucket sweep");
+            }
+        }
+    })
+}
+
 impl GatewayHandle {
+    /// The admission state (in-flight counts, tenants tracked, token buckets).
+    pub fn admission(&self) -> &Admission {
+        &self.state.admission
+    }
+
     /// The OpenAI API listener's bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr

@@ -1,0 +1,241 @@
+//! What a request costs against its tenant's token rate, before it runs and after.
+//!
+//! Before: the prompt's tokens plus the completion tokens it may generate. The gateway does
+//! not tokenize for admission (routing's tokenizer hashes bytes and may not be the model's),
+//! so the prompt is estimated from the message text routing already extracted, at
+//! [`BYTES_PER_TOKEN`] bytes per token (about right for English with BPE vocabularies;
+//! embeddings, which have no message text, are estimated from the whole body). Completion
+//! tokens are `max_completion_tokens`, else `max_tokens` (vLLM's precedence), else the
+//! configured default. These two fields are read with a second, skipping parse of the body,
+//! done only for requests of a tenant under a token limit.
+//!
+//! After: [`UsageScan`] watches the response bytes on their way to the client for the
+//! replica's `usage` (`"prompt_tokens":N`, `"completion_tokens":N`), the last block of a
+//! non-streamed body or the usage chunk of a stream sent with
+//! `stream_options.include_usage`. The numbers are matched as raw bytes, so a pattern inside
+//! generated text (where quotes are escaped) never matches; a usage block split across two
+//! body frames is missed, and then the estimate stands.
+
+use router_core::text::{BodyError, Endpoint, RoutingFields};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// Bytes of prompt text counted as one token in the admission estimate.
+pub const BYTES_PER_TOKEN: u64 = 4;
+
+/// A request's estimated token cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestCost {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl RequestCost {
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens.saturating_add(self.completion_tokens)
+    }
+}
+
+/// The body fields that bound the completion, kept raw so that a bad value is an error
+/// naming its field; everything else is skipped.
+#[derive(Deserialize)]
+struct CompletionBound<'a> {
+    #[serde(default, borrow)]
+    max_tokens: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    max_completion_tokens: Option<&'a RawValue>,
+}
+
+/// A bound field's value: absent and `null` are `None`.
+fn bound(field: &'static str, raw: Option<&RawValue>) -> Result<Option<u64>, BodyError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    serde_json::from_str::<Option<u64>>(raw.get()).map_err(|_| BodyError::InvalidField {
+        field,
+        reason: format!("must be a non-negative integer, not {}", raw.get()),
+    })
+}
+
+/// The estimated cost of `body` (already parsed into `fields`) sent to `endpoint`.
+pub fn estimate(
+    endpoint: Endpoint,
+    body: &[u8],
+    fields: &RoutingFields,
+    default_max_tokens: u64,
+) -> Result<RequestCost, BodyError> {
+    let prompt_bytes = match endpoint {
+        Endpoint::ChatCompletions | Endpoint::Completions => fields.text.len(),
+        Endpoint::Embeddings => body.len(),
+    };
+    let prompt_tokens = (prompt_bytes as u64).div_ceil(BYTES_PER_TOKEN);
+    if endpoint == Endpoint::Embeddings {
+        return Ok(RequestCost {
+            prompt_tokens,
+            completion_tokens: 0,
+        });
+    }
+    let raw: CompletionBound<'_> =
+        serde_json::from_slice(body).map_err(|e| BodyError::InvalidJson(e.to_string()))?;
+    let completion_tokens = bound("max_completion_tokens", raw.max_completion_tokens)?
+        .or(bound("max_tokens", raw.max_tokens)?)
+        .unwrap_or(default_max_tokens);
+    Ok(RequestCost {
+        prompt_tokens,
+        completion_tokens,
+    })
+}
+
+/// The `usage` numbers seen so far in a response body.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageScan {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+}
+
+impl UsageScan {
+    /// Notes the usage numbers in one body frame (the last occurrence wins).
+    pub fn observe(&mut self, frame: &[u8]) {
+        if let Some(n) = last_number_after(frame, b"\"prompt_tokens\":") {
+            self.prompt_tokens = Some(n);
+        }
+        if let Some(n) = last_number_after(frame, b"\"completion_tokens\":") {
+            self.completion_tokens = Some(n);
+        }
+    }
+
+    /// The tokens the request used, filling in unreported parts from `estimate`; `None`
+    /// when no usage was seen at all.
+    pub fn used(&self, estimate: RequestCost) -> Option<u64> {
+        if self.prompt_tokens.is_none() && self.completion_tokens.is_none() {
+            return None;
+        }
+        let prompt = self.prompt_tokens.unwrap_or(estimate.prompt_tokens);
+        let completion = self.completion_tokens.unwrap_or(estimate.completion_tokens);
+        Some(prompt.saturating_add(completion))
+    }
+}
+
+/// The integer after the last `key` in `haystack` (JSON whitespace allowed before it).
+fn last_number_after(haystack: &[u8], key: &[u8]) -> Option<u64> {
+    let start = haystack
+        .windows(key.len())
+        .rposition(|window| window == key)?
+        + key.len();
+    let rest = haystack.get(start..)?;
+    let digits = rest
+        .iter()
+        .skip_while(|b| b.is_ascii_whitespace())
+        .take_while(|b| b.is_ascii_digit())
+        .try_fold(0u64, |n, b| {
+            n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+        });
+    // No digit at all (e.g. `null`) is no number.
+    let first = rest.iter().find(|b| !b.is_ascii_whitespace())?;
+    if first.is_ascii_digit() { digits } else { None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(endpoint: Endpoint, body: &str) -> Result<RequestCost, BodyError> {
+        let fields = router_core::text::routing_fields(endpoint, body.as_bytes()).unwrap();
+        estimate(endpoint, body.as_bytes(), &fields, 100)
+    }
+
+    #[test]
+    fn the_prompt_is_estimated_from_the_message_text() {
+        // "hello" + " " + "world!!" = 13 bytes → 4 tokens (rounded up).
+        let chat = r#"{"model":"m","messages":[{"role":"system","content":"hello"},
+            {"role":"user","content":"world!!"}],"max_tokens":7}"#;
+        assert_eq!(
+            cost(Endpoint::ChatCompletions, chat).unwrap(),
+            RequestCost {
+                prompt_tokens: 4,
+                completion_tokens: 7
+            }
+        );
+        let completion = r#"{"model":"m","prompt":"12345678"}"#;
+        let estimate = cost(Endpoint::Completions, completion).unwrap();
+        assert_eq!(
+            (estimate.prompt_tokens, estimate.completion_tokens),
+            (2, 100)
+        );
+        assert_eq!(estimate.total(), 102);
+        let embedding = r#"{"model":"m","input":"some text to embed"}"#;
+        let estimate = cost(Endpoint::Embeddings, embedding).unwrap();
+        assert_eq!(
+            estimate,
+            RequestCost {
+                prompt_tokens: (embedding.len() as u64).div_ceil(4),
+                completion_tokens: 0
+            }
+        );
+    }
+
+    #[test]
+    fn max_completion_tokens_wins_and_null_means_absent() {
+        let body = r#"{"model":"m","prompt":"","max_tokens":5,"max_completion_tokens":9}"#;
+        assert_eq!(
+            cost(Endpoint::Completions, body).unwrap().completion_tokens,
+            9
+        );
+        let body = r#"{"model":"m","prompt":"","max_tokens":null}"#;
+        assert_eq!(
+            cost(Endpoint::Completions, body).unwrap().completion_tokens,
+            100
+        );
+    }
+
+    #[test]
+    fn a_bad_bound_is_a_client_error_naming_the_field() {
+        for (body, field) in [
+            (r#"{"model":"m","prompt":"","max_tokens":-1}"#, "max_tokens"),
+            (
+                r#"{"model":"m","prompt":"","max_tokens":"9"}"#,
+                "max_tokens",
+            ),
+            (
+                r#"{"model":"m","prompt":"","max_completion_tokens":1.5}"#,
+                "max_completion_tokens",
+            ),
+        ] {
+            match cost(Endpoint::Completions, body).unwrap_err() {
+                BodyError::InvalidField { field: got, .. } => assert_eq!(got, field, "{body}"),
+                other => panic!("{body}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn usage_is_read_from_a_body_or_a_stream_chunk() {
+        let mut scan = UsageScan::default();
+        let estimate = RequestCost {
+            prompt_tokens: 50,
+            completion_tokens: 100,
+        };
+        scan.observe(br#"data: {"choices":[{"delta":{"content":"\"completion_tokens\":7"}}]}"#);
+        assert_eq!(
+            scan.used(estimate),
+            None,
+            "text inside content never matches"
+        );
+        scan.observe(
+            br#"{"usage":{"prompt_tokens":12,"total_tokens":20,"completion_tokens":8,"prompt_tokens_details":null}}"#,
+        );
+        assert_eq!(scan.used(estimate), Some(20));
+        let mut scan = UsageScan::default();
+        scan.observe(b"data: {\"usage\": {\"prompt_tokens\": 3, \"completion_tokens\": null}}");
+        assert_eq!(
+            scan.used(estimate),
+            Some(103),
+            "a missing part keeps its estimate"
+        );
+        scan.observe(br#""completion_tokens":99999999999999999999999"#);
+        assert_eq!(
+            scan.completion_tokens, None,
+            "an overflowing number is no number"
+        );
+    }
+}
