@@ -363,6 +363,8 @@ mod tests {
         assert_eq!(config.backends.len(), 2);
         assert!(config.routing.hf_tokenizer_path.is_some());
         assert_eq!(config.admission.tenants["B"].max_in_flight, 2);
+        assert_eq!(config.admission.tenants["B"].tokens_per_second, Some(2000));
+        assert_eq!(config.admission.tenants["B"].token_burst, Some(20000));
     }
 
     #[test]
@@ -402,6 +404,40 @@ mod tests {
 
         let error = GatewayConfig::from_toml_str("listen = \"nowhere\"").unwrap_err();
         assert!(error.to_string().contains("listen"), "{error}");
+    }
+
+    #[test]
+    fn token_rate_settings_parse_and_bad_ones_are_named() {
+        let text = "[admission]\ntenant_tokens_per_second = 100\n[admission.tenants.B]\nmax_in_flight = 0\ntokens_per_second = 5\n";
+        let config = GatewayConfig::from_toml_str(text).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.admission.tenant_tokens_per_second, 100);
+        assert_eq!(config.admission.tenants["B"].tokens_per_second, Some(5));
+        for (text, key) in [
+            (
+                "[admission]\ntenant_tokens_per_second = -5",
+                "tenant_tokens_per_second",
+            ),
+            ("[admission]\ntenant_token_rate = 5", "tenant_token_rate"),
+            (
+                "[admission.tenants.B]\nmax_in_flight = 1\ntokens_per_sec = 5",
+                "tokens_per_sec",
+            ),
+        ] {
+            let error = GatewayConfig::from_toml_str(text).unwrap_err();
+            assert!(error.to_string().contains(key), "{text}: {error}");
+        }
+        let text = "[admission.tenants.B]\nmax_in_flight = 1\ntoken_burst = 50";
+        let error = GatewayConfig::from_toml_str(text)
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("admission.tenants.B.token_burst"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -86,6 +86,14 @@ async fn serve(
     };
 
     let (upstream, upstream_body) = response.into_parts();
+    // A replica that answered with an error generated nothing: the tenant's tokens go back.
+    let tokens = match tokens {
+        Some(tokens) if !upstream.status.is_success() => {
+            tokens.refund();
+            None
+        }
+        tokens => tokens,
+    };
     let sse = upstream
         .headers
         .get(http::header::CONTENT_TYPE)
