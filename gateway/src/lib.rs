@@ -1,9 +1,11 @@
 //! prefixgate's gateway: the serving path from an OpenAI request to a vLLM replica.
 //!
 //! The request path, one module per step (DESIGN.md): [`admit`] (API keys, in-flight caps)
-//! → [`parse`] the body just enough to route → [`pick`] a replica through router-core →
+//! → [`parse`] the body just enough to route → charge the tenant's token rate
+//! ([`admit::Admission::charge_tokens`]) → [`pick`] a replica through router-core →
 //! [`proxy`] the bytes upstream with bounded retries → stream the answer back in a
-//! [`release`] body that holds the pod's outstanding guard and the admission permit;
+//! [`release`] body that holds the pod's outstanding guard, the admission permit and the
+//! token charge;
 //! [`inference`] ties the steps together, [`headers`] and [`error`] shape what the client
 //! sees, [`metrics`] records it. Around the path: [`replicas`] (static, embedded, health,
 //! engine scrape), [`config`] and [`cli`], [`app`] (the routers as functions of their

@@ -5,7 +5,9 @@
 //! (no task, no channel). It owns the request's [`OutstandingGuard`]: the guard is released
 //! when the upstream body ends, when it fails, or when the server drops the body because the
 //! client went away. Dropping the body also drops the upstream connection, which cancels the
-//! request on the replica.
+//! request on the replica. The admission permit and the tenant's token charge ride along
+//! and are released with the guard; the charge reads each frame for the replica's `usage`,
+//! so the tenant is settled to the tokens actually used.
 //!
 //! Failure after the response began cannot change the status any more. For an SSE response
 //! the failure becomes one `data: {"error":…}` event followed by `data: [DONE]`, so OpenAI
@@ -437,6 +439,62 @@ mod tests {
                 Ok(())
             })?;
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_token_charge_settles_to_the_streamed_usage_when_the_body_ends() {
+        use crate::admit::{Admission, AdmissionConfig};
+        use router_core::text::Endpoint;
+        let admission = Admission::new(AdmissionConfig {
+            tenant_tokens_per_second: 1,
+            tenant_token_burst: 1_000,
+            ..AdmissionConfig::default()
+        })
+        .unwrap();
+        let body = br#"{"model":"m","prompt":"abcdabcd","max_tokens":500}"#;
+        let fields = router_core::text::routing_fields(Endpoint::Completions, body).unwrap();
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-tenant", "B".parse().unwrap());
+        let metrics = Metrics::new().unwrap();
+        let charge = || {
+            admission
+                .charge_tokens(&headers, Endpoint::Completions, body, &fields, &metrics)
+                .unwrap()
+        };
+        let load = PodLoad::new();
+        let stream = GuardedBody::new(
+            upstream(vec![
+                Ok("data: {\"choices\":[{\"text\":\"x\"}]}\n\n"),
+                Ok("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":30}}\n\n"),
+                Ok("data: [DONE]\n\n"),
+            ]),
+            load.acquire(),
+            true,
+            Duration::from_secs(5),
+            completion(),
+        )
+        .with_token_hold(charge());
+        assert_eq!(admission.token_level("B"), Some(498.0));
+        stream.collect().await.unwrap();
+        assert_eq!(
+            admission.token_level("B"),
+            Some(968.0),
+            "settled to 32 used"
+        );
+
+        // A client that leaves before the usage chunk leaves the estimate charged.
+        let mut stream = GuardedBody::new(
+            upstream(vec![Ok("data: 1\n\n"), Ok("data: 2\n\n")]),
+            load.acquire(),
+            true,
+            Duration::from_secs(5),
+            completion(),
+        )
+        .with_token_hold(charge());
+        stream.frame().await.unwrap().unwrap();
+        drop(stream);
+        assert_eq!(admission.token_level("B"), Some(466.0));
+        assert_eq!(load.outstanding(), 0);
     }
 
     #[tokio::test(start_paused = true)]
