@@ -15,6 +15,20 @@ fn reduced(count: usize) -> Matrix {
     Matrix::builtin().unwrap().with_count(count).unwrap()
 }
 
+/// A fresh cluster for `phase` with its priming done, as `simulate_phase` starts one.
+fn primed_cluster(phase: &PhaseSpec, options: &SimOptions) -> (SimCluster, Setup) {
+    let router = Router::new(options.router.clone()).unwrap();
+    let mut cluster = SimCluster::new(
+        options.replica_names(),
+        &options.profile,
+        router,
+        rng_for(1, &["test"]),
+        &options.model,
+    );
+    let setup = prime(&mut cluster, phase, options).unwrap();
+    (cluster, setup)
+}
+
 fn run(matrix: &Matrix) -> MatrixResult {
     simulate_matrix(matrix, &options(), &mut |_| {}).expect("simulation succeeds")
 }
@@ -107,16 +121,7 @@ fn same_seed_same_output() {
 #[test]
 fn guards_are_released_after_every_request() {
     let phase = &reduced(8).phases()[8]; // r1-hot50-prefix-cache
-    let options = options();
-    let router = Router::new(options.router.clone()).unwrap();
-    let mut cluster = SimCluster::new(
-        options.replica_names(),
-        &options.profile,
-        router,
-        rng_for(1, &["test"]),
-        &options.model,
-    );
-    let setup = prime(&mut cluster, phase, &options).unwrap();
+    let (mut cluster, setup) = primed_cluster(phase, &options());
     assert_eq!(cluster.outstanding(), vec![0, 0]);
     let arrivals = plan_requests(phase)
         .iter()
@@ -179,15 +184,7 @@ fn kv_synced_priming_shows_every_primed_replica_to_the_index() {
     for synced in [false, true] {
         let mut options = options();
         options.kv_synced_priming = synced;
-        let router = Router::new(options.router.clone()).unwrap();
-        let mut cluster = SimCluster::new(
-            options.replica_names(),
-            &options.profile,
-            router,
-            rng_for(1, &["test"]),
-            &options.model,
-        );
-        let setup = prime(&mut cluster, phase, &options).unwrap();
+        let (cluster, setup) = primed_cluster(phase, &options);
         let names: Vec<&str> = cluster.names().iter().map(String::as_str).collect();
         for (f, prefix) in setup.prefixes.iter().enumerate() {
             let hashes = cluster.router().hashes(prefix).unwrap();

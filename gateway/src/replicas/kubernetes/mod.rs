@@ -218,11 +218,7 @@ pub fn spawn(
         backoff_initial: Duration::from_millis(config.backoff_initial_ms),
         backoff_max: Duration::from_millis(config.backoff_max_ms),
     };
-    let labels = PodLabels {
-        model_label: config.model_label.clone(),
-        port_label: config.port_label.clone(),
-        default_port: config.default_port,
-    };
+    let labels = PodLabels::of(config);
     let (table, published) = PodTable::new(labels, replicas);
     let task = tokio::spawn(watch::run(api, settings, table));
     Ok(Discovery { task, published })
@@ -233,11 +229,7 @@ mod tests {
     use super::*;
 
     fn labels() -> PodLabels {
-        PodLabels {
-            model_label: "model.aibrix.ai/name".to_owned(),
-            port_label: "model.aibrix.ai/port".to_owned(),
-            default_port: 8000,
-        }
+        PodLabels::of(&DiscoveryConfig::default())
     }
 
     fn pod(name: &str, ip: &str, ready: bool) -> Pod {

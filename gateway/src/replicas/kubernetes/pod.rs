@@ -14,6 +14,8 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
+use crate::replicas::discovery::DiscoveryConfig;
+
 /// A pod as the API server sends it (list items and watch event objects); other fields
 /// are ignored.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -81,6 +83,17 @@ pub struct PodLabels {
     pub model_label: String,
     pub port_label: String,
     pub default_port: u16,
+}
+
+impl PodLabels {
+    /// The labels a `[discovery]` table names.
+    pub fn of(config: &DiscoveryConfig) -> Self {
+        PodLabels {
+            model_label: config.model_label.clone(),
+            port_label: config.port_label.clone(),
+            default_port: config.default_port,
+        }
+    }
 }
 
 impl Pod {
@@ -152,11 +165,7 @@ mod tests {
     use super::*;
 
     fn labels() -> PodLabels {
-        PodLabels {
-            model_label: "model.aibrix.ai/name".to_owned(),
-            port_label: "model.aibrix.ai/port".to_owned(),
-            default_port: 8000,
-        }
+        PodLabels::of(&DiscoveryConfig::default())
     }
 
     fn pod(json: serde_json::Value) -> Pod {
