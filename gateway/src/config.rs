@@ -32,6 +32,9 @@ pub enum ConfigFileError {
         value: String,
         reason: String,
     },
+    /// The `[admission]` table is inconsistent; the message names the keys.
+    #[error("invalid admission settings: {0}")]
+    Admission(String),
     #[error(transparent)]
     Routing(#[from] router_core::ConfigError),
 }
@@ -288,8 +291,7 @@ impl GatewayConfig {
                 ));
             }
         }
-        Admission::new(self.admission.clone())
-            .map_err(|reason| invalid("admission", String::new(), &reason))?;
+        Admission::new(self.admission.clone()).map_err(ConfigFileError::Admission)?;
         let mut names = std::collections::HashSet::new();
         for (i, backend) in self.backends.iter().enumerate() {
             if backend.name.is_empty() {
@@ -375,6 +377,17 @@ mod tests {
         assert!(error.to_string().contains("retries"), "{error}");
         let error = GatewayConfig::from_toml_str("[routing]\nblocksize = 3").unwrap_err();
         assert!(error.to_string().contains("blocksize"), "{error}");
+    }
+
+    #[test]
+    fn inconsistent_admission_settings_name_their_keys() {
+        let config = GatewayConfig::from_toml_str("[admission]\ntenant_token_burst = 100").unwrap();
+        let error = config.validate().unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "invalid admission settings: admission.tenant_token_burst = 100 needs \
+             admission.tenant_tokens_per_second (0 means no token limit)"
+        );
     }
 
     #[test]
