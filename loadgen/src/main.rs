@@ -17,6 +17,8 @@ use clap::{Parser, Subcommand};
 use loadgen::measure::{MatrixResult, OperationsResult, PhaseResult, Slo, schema_check};
 use loadgen::report;
 use loadgen::run::live_request::http_client;
+use loadgen::run::sim_cluster::Served;
+use loadgen::run::sim_trace::{TraceLine, trace_lines};
 use loadgen::run::{
     LiveRunner, LiveTarget, LocalOptions, LocalStack, PhaseProgress, ReplicaEndpoint,
     RunDescription, SimOptions, simulate_matrix,
@@ -115,6 +117,10 @@ enum Command {
         /// Replica names are this prefix plus A, B, C, …
         #[arg(long, default_value = "L20-")]
         replica_prefix: String,
+        /// Also write every measured request as a JSON line here: phase, family, replica,
+        /// the router's selection and match, outstanding at selection, TTFT, E2E, good.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
         #[command(flatten)]
         selection: Selection,
     },
@@ -178,6 +184,7 @@ fn main() -> Result<()> {
             replicas,
             engine_profile,
             replica_prefix,
+            trace,
             selection,
         } => {
             let m = selection.matrix()?;
@@ -186,7 +193,7 @@ fn main() -> Result<()> {
             let mut options = SimOptions::seed_like(profile);
             options.replicas = replicas;
             options.replica_prefix = replica_prefix;
-            simulate(&m, &options, selection.out.as_deref())
+            simulate(&m, &options, selection.out.as_deref(), trace.as_deref())
         }
         Command::Matrix {
             gateway,
@@ -319,18 +326,44 @@ fn main() -> Result<()> {
     }
 }
 
-fn simulate(matrix: &Matrix, options: &SimOptions, out: Option<&Path>) -> Result<()> {
+fn simulate(
+    matrix: &Matrix,
+    options: &SimOptions,
+    out: Option<&Path>,
+    trace: Option<&Path>,
+) -> Result<()> {
     let started = Instant::now();
     let total = matrix.phases().len();
+    let mut trace_file = trace
+        .map(|path| {
+            std::fs::File::create(path)
+                .map(std::io::BufWriter::new)
+                .with_context(|| format!("creating the trace file {}", path.display()))
+        })
+        .transpose()?;
+    let mut trace_error = None;
     let mut done = 0;
-    let mut progress = |p: &PhaseResult| {
+    let mut progress = |p: &PhaseResult, served: &[Served]| {
         done += 1;
         progress_line(done, total, p);
+        if let Some(file) = trace_file.as_mut()
+            && trace_error.is_none()
+        {
+            trace_error = write_trace(file, &trace_lines(p, served, &options.slo)).err();
+        }
     };
     let (result, failure) = match simulate_matrix(matrix, options, &mut progress) {
         Ok(result) => (result, None),
         Err(run) => (run.partial, Some(run.error)),
     };
+    if let (Some(path), Some(mut file)) = (trace, trace_file) {
+        if let Some(e) = trace_error {
+            bail!("writing the trace file {}: {e}", path.display());
+        }
+        std::io::Write::flush(&mut file)
+            .with_context(|| format!("writing the trace file {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
     eprintln!(
         "simulated {} phases in {:.2}s wall",
         result.measured_phases,
@@ -426,6 +459,15 @@ fn progress_line(done: usize, total: usize, p: &PhaseResult) {
         p.ttft.p95.unwrap_or(f64::NAN),
         report::table::replica_split(p)
     );
+}
+
+/// Appends one JSON line per request.
+fn write_trace(file: &mut impl std::io::Write, lines: &[TraceLine]) -> std::io::Result<()> {
+    for line in lines {
+        serde_json::to_writer(&mut *file, line)?;
+        file.write_all(b"\n")?;
+    }
+    Ok(())
 }
 
 fn write_atomically(path: &Path, result: &impl serde::Serialize) -> Result<()> {

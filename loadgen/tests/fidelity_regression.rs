@@ -73,7 +73,7 @@ fn simulate(matrix_text: &str, options: &SimOptions, routes: &[&str]) -> Vec<Pha
     let matrix = Matrix::from_toml_str(matrix_text, "fidelity test matrix")
         .and_then(|m| m.with_routes(&routes))
         .expect("matrix is valid");
-    simulate_matrix(&matrix, options, &mut |_| {})
+    simulate_matrix(&matrix, options, &mut |_, _| {})
         .map_err(|partial| partial.error)
         .expect("simulation completes")
         .phases

@@ -82,7 +82,7 @@ impl Variant {
         options.replicas = self.replicas;
         options.router.prefix_load = weights.clone();
         options.kv_synced_priming = self.kv_synced_priming;
-        simulate_matrix(&self.matrix(routes), &options, &mut |_| {})
+        simulate_matrix(&self.matrix(routes), &options, &mut |_, _| {})
             .map_err(|partial| partial.error)
             .expect("simulation completes")
             .phases
@@ -409,13 +409,13 @@ fn oracle_cold_uniform() {
 /// The per-request trace of one phase (`PL_TRACE`, a phase name such as `r1-hot50-prefix-load`)
 /// in one variant (`PL_VARIANT`, a substring of a sweep variant's name; the seed matrix
 /// without it), at the weights of `PL_WEIGHTS`' first set: one line per measured request,
-/// with the decision that placed it and its outcome. This is how docs/POLICY.md's gaps were
-/// traced.
+/// with the decision that placed it and its outcome (the lines `loadgen simulate --trace`
+/// writes, as a table). This is how docs/POLICY.md's gaps were traced.
 #[test]
 #[ignore = "evaluation: prints one phase request by request"]
 fn trace_phase() {
-    use loadgen::measure::{Slo, is_good};
     use loadgen::run::sim::simulate_phase_traced;
+    use loadgen::run::sim_trace::trace_lines;
     let Ok(name) = std::env::var("PL_TRACE") else {
         println!("set PL_TRACE to a phase name, e.g. r1-hot50-prefix-load");
         return;
@@ -440,31 +440,23 @@ fn trace_phase() {
     options.kv_synced_priming = variant.kv_synced_priming;
     let (result, served) = simulate_phase_traced(&phase, &options, 0.0).expect("simulates");
     println!(
-        "{} ({}): {} good; index family scheduled pod selection match% outstanding ttft e2e good",
+        "{} ({}): {} good; index family at pod selection match% outstanding ttft e2e good",
         phase.name, variant.name, result.good
     );
-    let t0 = served.first().map_or(0.0, |s| s.record.scheduled);
-    for s in &served {
-        let r = &s.record;
-        let d = s.decision.as_ref();
+    let show = |x: Option<f64>, digits: usize| x.map_or("-".into(), |t| format!("{t:.digits$}"));
+    for l in trace_lines(&result, &served, &options.slo) {
         println!(
             "{:3} f{:<2} {:7.2} {:8} {:24} {:>4} {:>3} {:>6} {:>6} {}",
-            r.index,
-            r.family,
-            r.scheduled - t0,
-            r.target_pod.as_deref().unwrap_or("-"),
-            d.and_then(|d| d.selection)
-                .map_or("-".into(), |s| format!("{s:?}")),
-            d.and_then(|d| d.match_percent)
-                .map_or("-".into(), |m| m.to_string()),
-            r.outstanding_at_selection.unwrap_or(0),
-            r.ttft().map_or("-".into(), |t| format!("{t:.3}")),
-            r.e2e().map_or("-".into(), |t| format!("{t:.2}")),
-            if is_good(r, &Slo::default()) {
-                ""
-            } else {
-                "MISS"
-            },
+            l.index,
+            l.family,
+            l.at_s,
+            l.pod.as_deref().unwrap_or("-"),
+            l.selection.as_deref().unwrap_or("-"),
+            l.match_percent.map_or("-".into(), |m| m.to_string()),
+            l.outstanding_at_selection.unwrap_or(0),
+            show(l.ttft_s, 3),
+            show(l.e2e_s, 2),
+            if l.good { "" } else { "MISS" },
         );
     }
 }
@@ -523,7 +515,7 @@ fn evaluation_ensemble() {
             .and_then(|m| m.with_routes(&ROUTES.map(String::from)))
             .expect("ensemble matrix is valid");
         let options = SimOptions::seed_like(variant.profile.clone());
-        let phases = simulate_matrix(&matrix, &options, &mut |_| {})
+        let phases = simulate_matrix(&matrix, &options, &mut |_, _| {})
             .map_err(|partial| partial.error)
             .expect("simulation completes")
             .phases;

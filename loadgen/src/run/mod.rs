@@ -15,6 +15,7 @@ pub mod prom_text;
 pub mod setup;
 pub mod sim;
 pub mod sim_cluster;
+pub mod sim_trace;
 pub mod sse;
 
 pub use live::{LiveError, LiveRunner, LiveTarget, ReplicaEndpoint, RunDescription};

@@ -94,12 +94,13 @@ pub struct PartialRun {
     pub error: SimError,
 }
 
-/// Simulates every phase of `matrix` in order, calling `progress` after each. On failure the
+/// Simulates every phase of `matrix` in order, calling `progress` after each with its result
+/// and its measured requests as served (the trace, see [`super::sim_trace`]). On failure the
 /// phases already done come back with the error, so a caller can still write them.
 pub fn simulate_matrix(
     matrix: &Matrix,
     options: &SimOptions,
-    progress: &mut dyn FnMut(&PhaseResult),
+    progress: &mut dyn FnMut(&PhaseResult, &[Served]),
 ) -> Result<MatrixResult, Box<PartialRun>> {
     let phases = matrix.phases();
     let mut results = Vec::with_capacity(phases.len());
@@ -115,10 +116,10 @@ pub fn simulate_matrix(
         if failure.is_some() {
             break;
         }
-        match simulate_phase(phase, options, clock) {
-            Ok(result) => {
+        match simulate_phase_traced(phase, options, clock) {
+            Ok((result, served)) => {
                 clock = result.finished_at + PHASE_GAP;
-                progress(&result);
+                progress(&result, &served);
                 results.push(result);
             }
             Err(e) => failure = Some(e),

@@ -30,7 +30,7 @@ fn primed_cluster(phase: &PhaseSpec, options: &SimOptions) -> (SimCluster, Setup
 }
 
 fn run(matrix: &Matrix) -> MatrixResult {
-    simulate_matrix(matrix, &options(), &mut |_| {}).expect("simulation succeeds")
+    simulate_matrix(matrix, &options(), &mut |_, _| {}).expect("simulation succeeds")
 }
 
 #[test]
@@ -233,4 +233,42 @@ fn refused_requests_are_errors_and_refused_priming_stops_the_phase() {
     assert_eq!(cold.ttft.p50, None);
     let err = simulate_phase(&phases[3], &options, 0.0).unwrap_err();
     assert!(matches!(err, SimError::Priming(Some(400))), "{err}");
+}
+
+#[test]
+fn the_trace_has_one_line_per_request_agreeing_with_the_phase() {
+    use super::super::sim_trace::{TraceLine, trace_lines};
+    let matrix = reduced(6);
+    let options = options();
+    let mut traced: Vec<(PhaseResult, Vec<TraceLine>)> = Vec::new();
+    simulate_matrix(&matrix, &options, &mut |p, served| {
+        traced.push((p.clone(), trace_lines(p, served, &options.slo)));
+    })
+    .expect("simulation succeeds");
+    assert_eq!(traced.len(), 24);
+    let names = options.replica_names();
+    for (phase, lines) in &traced {
+        let name = &phase.phase;
+        assert_eq!(lines.len(), phase.requests, "{name}");
+        assert_eq!(
+            lines.iter().filter(|l| l.good).count(),
+            phase.good,
+            "{name}"
+        );
+        assert!(lines.iter().all(|l| &l.phase == name));
+        assert_eq!(lines[0].at_s, 0.0, "{name}");
+        assert!(lines.windows(2).all(|w| w[0].at_s <= w[1].at_s), "{name}");
+        for line in lines {
+            let pod = line.pod.as_ref().expect("every request was routed");
+            assert!(names.contains(pod), "{name}: {pod}");
+            assert!(line.ttft_s.is_some() && line.e2e_s.is_some(), "{name}");
+            // Only prefix-aware routes consult the index and label their decisions.
+            assert_eq!(
+                line.selection.is_some(),
+                phase.route == "prefix-cache",
+                "{name}: {:?}",
+                line.selection
+            );
+        }
+    }
 }
