@@ -51,6 +51,9 @@ struct Selection {
     /// Requests per phase (default: the matrix's count).
     #[arg(long)]
     count: Option<usize>,
+    /// Arrival rate per phase in requests per second (default: the matrix's rps).
+    #[arg(long)]
+    rps: Option<f64>,
     /// Where to write the result JSON (default: stdout).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -64,6 +67,9 @@ impl Selection {
         };
         if let Some(routes) = &self.routes {
             m = m.with_routes(routes)?;
+        }
+        if let Some(rps) = self.rps {
+            m = m.with_rps(rps)?;
         }
         if let Some(count) = self.count {
             m = m.with_count(count)?;

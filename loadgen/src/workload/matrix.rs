@@ -150,6 +150,14 @@ impl Matrix {
         Ok(self)
     }
 
+    /// Sends each phase's requests at `rps` per second instead of the file's rate (the
+    /// replica sweeps scale it with the replica count).
+    pub fn with_rps(mut self, rps: f64) -> Result<Matrix, MatrixError> {
+        self.file.workload.rps = rps;
+        self.validate()?;
+        Ok(self)
+    }
+
     /// The shared request shape.
     pub fn shape(&self) -> &WorkloadShape {
         &self.file.workload
@@ -328,6 +336,12 @@ mod tests {
             .to_string();
         assert!(err.contains("bogus") && err.contains("m.toml"), "{err}");
 
+        let matrix = Matrix::builtin().unwrap();
+        assert_eq!(matrix.clone().with_rps(3.2).unwrap().shape().rps, 3.2);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let err = matrix.clone().with_rps(bad).unwrap_err().to_string();
+            assert!(err.contains("workload.rps"), "{bad}: {err}");
+        }
         let text = MATRIX_24.replace("rps = 1.6", "rps = 0.0");
         let err = Matrix::from_toml_str(&text, "m.toml")
             .unwrap_err()
