@@ -469,7 +469,7 @@ const ENSEMBLE_SEEDS: [u64; 18] = [
 /// Two rounds cannot tell a better rule from a luckier draw: cold-uniform and hot50 over the
 /// 18 rounds of [`ENSEMBLE_SEEDS`], with 8 and 16 families. Prints each route's mean good per
 /// phase and the rounds in which `prefix-load` fell below the best other route
-/// (docs/POLICY.md, "Over more rounds").
+/// (docs/POLICY.md, "Over more rounds"), once per weight set of `PL_WEIGHTS`.
 #[test]
 #[ignore = "evaluation: about a minute in release"]
 fn evaluation_ensemble() {
@@ -514,36 +514,40 @@ fn evaluation_ensemble() {
         let matrix = Matrix::from_toml_str(&variant.edited(&text), &variant.name)
             .and_then(|m| m.with_routes(&ROUTES.map(String::from)))
             .expect("ensemble matrix is valid");
-        let options = SimOptions::seed_like(variant.profile.clone());
-        let phases = simulate_matrix(&matrix, &options, &mut |_, _| {})
-            .map_err(|partial| partial.error)
-            .expect("simulation completes")
-            .phases;
-        for scenario in ["cold-uniform", "hot50"] {
-            let good = |route: &str| -> Vec<usize> {
-                phases
+        for weights in weight_sets() {
+            let mut options = SimOptions::seed_like(variant.profile.clone());
+            options.router.prefix_load = weights.clone();
+            println!("{families} families, prefix-load {weights:?}");
+            let phases = simulate_matrix(&matrix, &options, &mut |_, _| {})
+                .map_err(|partial| partial.error)
+                .expect("simulation completes")
+                .phases;
+            for scenario in ["cold-uniform", "hot50"] {
+                let good = |route: &str| -> Vec<usize> {
+                    phases
+                        .iter()
+                        .filter(|p| p.scenario == scenario && p.route == route)
+                        .map(|p| p.good)
+                        .collect()
+                };
+                let ours = good(POLICY);
+                let others: Vec<Vec<usize>> = ROUTES[..3].iter().map(|r| good(r)).collect();
+                let below = (0..ours.len())
+                    .filter(|&i| others.iter().any(|o| o[i] > ours[i]))
+                    .count();
+                let means: Vec<String> = ROUTES
                     .iter()
-                    .filter(|p| p.scenario == scenario && p.route == route)
-                    .map(|p| p.good)
-                    .collect()
-            };
-            let ours = good(POLICY);
-            let others: Vec<Vec<usize>> = ROUTES[..3].iter().map(|r| good(r)).collect();
-            let below = (0..ours.len())
-                .filter(|&i| others.iter().any(|o| o[i] > ours[i]))
-                .count();
-            let means: Vec<String> = ROUTES
-                .iter()
-                .map(|r| {
-                    let g = good(r);
-                    format!("{r} {:.1}", g.iter().sum::<usize>() as f64 / g.len() as f64)
-                })
-                .collect();
-            println!(
-                "{families} families, {scenario}, {} rounds: {}; prefix-load below the best other in {below}",
-                ours.len(),
-                means.join(", ")
-            );
+                    .map(|r| {
+                        let g = good(r);
+                        format!("{r} {:.1}", g.iter().sum::<usize>() as f64 / g.len() as f64)
+                    })
+                    .collect();
+                println!(
+                    "{families} families, {scenario}, {} rounds: {}; prefix-load below the best other in {below}",
+                    ours.len(),
+                    means.join(", ")
+                );
+            }
         }
     }
 }
