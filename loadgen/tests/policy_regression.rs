@@ -343,18 +343,11 @@ fn evaluation_robustness_sweeps() {
 /// `owner_of` (bypassing the router): an oracle over static family placements.
 fn cold_phase_pinned(phase: &loadgen::workload::PhaseSpec, owner_of: &[usize]) -> usize {
     use loadgen::measure::{Slo, is_good};
-    use loadgen::run::{Arrival, SimCluster, Target};
+    use loadgen::run::{Arrival, Target};
     use loadgen::workload::plan_requests;
     let options = SimOptions::seed_like(l20());
-    let router = router_core::Router::new(options.router.clone()).expect("default router");
     let rng = loadgen::workload::seeding::rng_for(phase.seed, &[&phase.name, "oracle"]);
-    let mut cluster = SimCluster::new(
-        options.replica_names(),
-        &options.profile,
-        router,
-        rng,
-        &options.model,
-    );
+    let mut cluster = options.cluster(rng).expect("default router");
     let prefixes: Vec<String> = (0..phase.shape.families)
         .map(|f| phase.prefix(0, f))
         .collect();

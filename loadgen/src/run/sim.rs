@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use mock_engine::model::EngineProfile;
+use rand::rngs::StdRng;
 use router_core::{Router, RouterConfig};
 
 use super::setup::{PRIMING_MAX_TOKENS, Setup, hot_setup, phase_config};
@@ -37,8 +38,9 @@ pub struct SimOptions {
     pub router: RouterConfig,
     pub slo: Slo,
     /// Forces warm priming's routed request of family `f` onto replica `warm_owners[f]`
-    /// (index into [`SimOptions::replica_names`]) by holding one outstanding count on every
-    /// other replica while it is routed, so a load-aware route picks it. `None` (the default)
+    /// (index into [`SimOptions::replica_names`]) by raising every other replica's
+    /// outstanding count while it is routed ([`Target::RoutedOnto`]), so a load-aware route
+    /// picks it. `None` (the default)
     /// leaves the owner to the route, as in the seed (a coin toss per family for
     /// `prefix-cache`). Lets a test reproduce both of the seed's warm-uniform outcomes.
     pub warm_owners: Option<Vec<usize>>,
@@ -70,6 +72,19 @@ impl SimOptions {
             kv_synced_priming: false,
             first_owners: None,
         }
+    }
+
+    /// A fresh cluster of these replicas, engines and router, routing with `rng`.
+    pub fn cluster(&self, rng: StdRng) -> Result<SimCluster, SimError> {
+        let router = Router::new(self.router.clone())
+            .map_err(|e| SimError::Config(format!("router configuration: {e}")))?;
+        Ok(SimCluster::new(
+            self.replica_names(),
+            &self.profile,
+            router,
+            rng,
+            &self.model,
+        ))
     }
 
     /// Replica names in index order.
@@ -168,16 +183,7 @@ pub fn simulate_phase_traced(
     options: &SimOptions,
     clock_origin: f64,
 ) -> Result<(PhaseResult, Vec<Served>), SimError> {
-    let router = Router::new(options.router.clone())
-        .map_err(|e| SimError::Config(format!("router configuration: {e}")))?;
-    let rng = rng_for(phase.seed, &[&phase.name, "routing"]);
-    let mut cluster = SimCluster::new(
-        options.replica_names(),
-        &options.profile,
-        router,
-        rng,
-        &options.model,
-    );
+    let mut cluster = options.cluster(rng_for(phase.seed, &[&phase.name, "routing"]))?;
     let setup = prime(&mut cluster, phase, options)?;
 
     let before = cluster.counters();
@@ -293,9 +299,10 @@ fn prime(
                     }
                     None => None,
                 };
-                let hold = forced.map(|r| cluster.load_all_but(r));
-                let served = prime_one(cluster, text, Target::Routed(phase.route))?;
-                drop(hold);
+                let target = forced.map_or(Target::Routed(phase.route), |r| {
+                    Target::RoutedOnto(phase.route, r)
+                });
+                let served = prime_one(cluster, text, target)?;
                 if let Some(pod) = served.record.target_pod {
                     owners.insert(f.to_string(), vec![pod]);
                 }

@@ -45,7 +45,7 @@ pub enum Target {
     /// Through the router, with every other replica's outstanding count raised above this
     /// one's for the moment of the decision, so that a load-aware route (least-request, or a
     /// prefix route's least-request fallback) picks it. Forces a family's first placement
-    /// (`SimOptions::first_owners`).
+    /// (`SimOptions::first_owners`) and warm priming's owners (`SimOptions::warm_owners`).
     RoutedOnto(Strategy, usize),
 }
 
@@ -166,18 +166,6 @@ impl SimCluster {
     /// Gateway-side outstanding counts (all zero between phases when guards are released).
     pub fn outstanding(&self) -> Vec<u64> {
         self.loads.iter().map(|l| l.outstanding()).collect()
-    }
-
-    /// Holds one outstanding count on every replica except `replica`, so a load-aware route
-    /// (least-request, or prefix-cache's least-request fallback) picks `replica` while the
-    /// returned guards live. Used to force a priming split (`SimOptions::warm_owners`).
-    pub fn load_all_but(&self, replica: usize) -> Vec<OutstandingGuard> {
-        self.loads
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != replica)
-            .map(|(_, load)| load.acquire())
-            .collect()
     }
 
     /// Holds enough outstanding counts on every replica except `replica` that each has more

@@ -17,14 +17,7 @@ fn reduced(count: usize) -> Matrix {
 
 /// A fresh cluster for `phase` with its priming done, as `simulate_phase` starts one.
 fn primed_cluster(phase: &PhaseSpec, options: &SimOptions) -> (SimCluster, Setup) {
-    let router = Router::new(options.router.clone()).unwrap();
-    let mut cluster = SimCluster::new(
-        options.replica_names(),
-        &options.profile,
-        router,
-        rng_for(1, &["test"]),
-        &options.model,
-    );
+    let mut cluster = options.cluster(rng_for(1, &["test"])).unwrap();
     let setup = prime(&mut cluster, phase, options).unwrap();
     (cluster, setup)
 }
