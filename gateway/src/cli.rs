@@ -51,9 +51,16 @@ pub struct Cli {
     /// Address of the OpenAI API listener [default: 127.0.0.1:8080].
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
-    /// Address of the /metrics listener [default: 127.0.0.1:9090].
+    /// Address of the /metrics listener (always plain HTTP) [default: 127.0.0.1:9090].
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve TLS (HTTP/2 and HTTP/1.1 by ALPN) on the API listener with this PEM
+    /// certificate chain; needs --tls-key.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
     /// Strategy for requests without a routing-strategy header: random, least-request,
     /// prefix-cache, prefix-load [default: prefix-load].
     #[arg(long, value_name = "NAME")]
@@ -254,6 +261,9 @@ impl Cli {
         }
         set(&mut config.listen, &self.listen);
         set(&mut config.metrics_listen, &self.metrics_listen);
+        config
+            .tls
+            .apply_flags(self.tls_cert.as_ref(), self.tls_key.as_ref());
         set(&mut config.default_strategy, &self.default_strategy);
         if !self.backends.is_empty() {
             config.backends = self.backends.clone();

@@ -15,6 +15,8 @@ use serde::Deserialize;
 
 use crate::admit::{Admission, AdmissionConfig};
 pub use crate::replicas::discovery::{DiscoveryConfig, DiscoveryKind};
+pub use crate::tls::TlsConfig;
+use crate::tls::TlsError;
 
 /// A configuration that cannot be used; the message names the key or file.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +39,9 @@ pub enum ConfigFileError {
     Admission(String),
     #[error(transparent)]
     Routing(#[from] router_core::ConfigError),
+    /// Only one of the `[tls]` files is given.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// Everything a gateway needs to start.
@@ -45,8 +50,10 @@ pub enum ConfigFileError {
 pub struct GatewayConfig {
     /// Address of the OpenAI API listener.
     pub listen: SocketAddr,
-    /// Address of the `/metrics` listener (kept apart from client traffic).
+    /// Address of the `/metrics` listener (kept apart from client traffic; never TLS).
     pub metrics_listen: SocketAddr,
+    /// TLS on the OpenAI API listener (both files, or neither for plain HTTP).
+    pub tls: TlsConfig,
     /// Strategy for requests without a `routing-strategy` header.
     pub default_strategy: String,
     /// Request bodies longer than this are refused with 413.
@@ -71,6 +78,7 @@ impl Default for GatewayConfig {
         GatewayConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            tls: TlsConfig::default(),
             default_strategy: Strategy::PrefixLoad.as_str().to_owned(),
             max_body_bytes: 8 * 1024 * 1024,
             shutdown_grace_secs: 30,
@@ -235,6 +243,7 @@ impl GatewayConfig {
     pub fn validate(&self) -> Result<(), ConfigFileError> {
         self.default_strategy()?;
         self.routing.validate()?;
+        self.tls.validate()?;
         let positive = [
             ("max_body_bytes", self.max_body_bytes as u64),
             (

@@ -9,8 +9,9 @@
 //! [`inference`] ties the steps together, [`headers`] and [`error`] shape what the client
 //! sees, [`metrics`] records it. Around the path: [`replicas`] (static, embedded, health,
 //! engine scrape), [`config`] and [`cli`], [`app`] (the routers as functions of their
-//! state), [`listener`] (the accept loop), [`server`] (listeners, background tasks and
-//! graceful shutdown, behind [`start`]).
+//! state), [`listener`] (the accept loop: HTTP/1.1 and HTTP/2, with [`tls`] when
+//! configured), [`server`] (listeners, background tasks and graceful shutdown, behind
+//! [`start`]).
 
 pub mod admit;
 pub mod app;
@@ -28,6 +29,7 @@ pub mod release;
 pub mod replicas;
 pub mod server;
 pub mod shutdown;
+pub mod tls;
 
 pub use config::GatewayConfig;
 pub use server::{GatewayHandle, StartError, start};

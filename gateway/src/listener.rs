@@ -1,35 +1,56 @@
-//! The accept loop: HTTP/1 connections with TCP_NODELAY, each served in its own task, with
-//! a graceful drain that the gateway can cut short.
+//! The accept loop: HTTP/1.1 and HTTP/2 connections with TCP_NODELAY, optionally behind TLS,
+//! each served in its own task, with a graceful drain that the gateway can cut short.
+//!
+//! Protocols: in cleartext, hyper-util's `auto` builder reads the first bytes and serves
+//! HTTP/1.1 or prior-knowledge HTTP/2 (h2c) on the same port. Behind TLS the protocol is the
+//! one ALPN chose (`h2` or `http/1.1`; a client offering neither is sniffed as in cleartext).
+//! The TLS handshake runs inside the connection's task under [`HANDSHAKE_TIMEOUT`], so a
+//! client that stalls or speaks plain HTTP to the TLS port costs one task, never the loop.
 //!
 //! axum's own `serve` detaches connection tasks, so a drain could not be cut at its deadline;
 //! here the connections live in a [`JoinSet`] owned by the accept task. On stop the loop
-//! stops accepting, asks every connection to finish its in-flight response and close, and
-//! waits for them; aborting the task (at the end of the grace period) drops the set, which
-//! aborts every connection, drops their response bodies and so releases their outstanding
-//! guards.
+//! stops accepting, asks every connection to finish its in-flight responses and close
+//! (HTTP/2: GOAWAY), and waits for them; aborting the task (at the end of the grace period)
+//! drops the set, which aborts every connection, drops their response bodies and so
+//! releases their outstanding guards. HTTP/2 runs each stream in a task of its own; those
+//! tasks are tied to their connection by [`StreamExecutor`], so they end with it.
 
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
-/// A client that sends no complete request head for this long is disconnected.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// A client that sends no complete request head for this long is disconnected. For HTTP/2
+/// (which has no per-head timer) it bounds the wait for the connection's first request.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A TLS handshake that has not finished in this long is abandoned.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An idle HTTP/2 connection is pinged this often, and closed when a ping goes unanswered
+/// for as long: a client that vanished without closing is noticed.
+const H2_KEEP_ALIVE: Duration = Duration::from_secs(20);
 
 /// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// Serves `router` on `listener` until `stop` turns true, then drains.
+/// Serves `router` on `listener`, over TLS when `tls` is given, until `stop` turns true,
+/// then drains.
 pub fn spawn(
     listener: TcpListener,
     router: Router,
+    tls: Option<TlsAcceptor>,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
@@ -51,6 +72,7 @@ pub fn spawn(
                         connections.spawn(serve_connection(
                             tcp,
                             router.clone(),
+                            tls.clone(),
                             for_connections.clone(),
                         ));
                     }
@@ -69,25 +91,94 @@ pub fn spawn(
     })
 }
 
+/// Which protocols a connection may speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocols {
+    /// Sniffed from the first bytes: HTTP/1.1 or the HTTP/2 connection preface.
+    Either,
+    Http1,
+    Http2,
+}
+
 async fn serve_connection(
-    tcp: tokio::net::TcpStream,
+    tcp: TcpStream,
     router: Router,
+    tls: Option<TlsAcceptor>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
-        let router = router.clone();
-        async move { router.oneshot(request.map(Body::new)).await }
-    });
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    let connection = builder.serve_connection(TokioIo::new(tcp), service);
-    tokio::pin!(connection);
     let stopping = async move {
         let _ = stop.wait_for(|stop| *stop).await;
     };
     tokio::pin!(stopping);
+    let Some(acceptor) = tls else {
+        return serve_http(TokioIo::new(tcp), Protocols::Either, router, stopping).await;
+    };
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+    let stream = tokio::select! {
+        result = handshake => match result {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "TLS handshake failed");
+                return;
+            }
+            Err(_elapsed) => {
+                tracing::debug!(timeout_secs = HANDSHAKE_TIMEOUT.as_secs(), "TLS handshake timed out");
+                return;
+            }
+        },
+        // Nothing is in flight yet: a stopping gateway just closes the socket.
+        () = &mut stopping => return,
+    };
+    let protocols = match stream.get_ref().1.alpn_protocol() {
+        Some(b"h2") => Protocols::Http2,
+        Some(b"http/1.1") => Protocols::Http1,
+        _ => Protocols::Either,
+    };
+    serve_http(TokioIo::new(stream), protocols, router, stopping).await;
+}
+
+async fn serve_http<I>(
+    io: TokioIo<I>,
+    protocols: Protocols,
+    router: Router,
+    mut stopping: std::pin::Pin<&mut impl Future<Output = ()>>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let requested = Arc::new(AtomicBool::new(false));
+    let service = {
+        let requested = Arc::clone(&requested);
+        hyper::service::service_fn(move |request: http::Request<Incoming>| {
+            requested.store(true, Ordering::Relaxed);
+            let router = router.clone();
+            async move { router.oneshot(request.map(Body::new)).await }
+        })
+    };
+    // Dropped with this function's future (the connection ending, or aborted at the grace
+    // deadline): every stream task of the connection sees it and drops its response body.
+    let (_connection_alive, alive) = watch::channel(());
+    let mut builder = auto::Builder::new(StreamExecutor { alive });
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_KEEP_ALIVE)
+        .keep_alive_timeout(H2_KEEP_ALIVE);
+    let builder = match protocols {
+        Protocols::Either => builder,
+        Protocols::Http1 => builder.http1_only(),
+        Protocols::Http2 => builder.http2_only(),
+    };
+    let connection = builder.serve_connection(io, service);
+    tokio::pin!(connection);
+    // Bounds the wait for a first request where hyper has no timer of its own: the bytes
+    // that tell HTTP/1 from HTTP/2, and an HTTP/2 connection that never opens a stream.
+    let first_request = tokio::time::sleep(HEADER_READ_TIMEOUT);
+    tokio::pin!(first_request);
+    let mut waiting_for_first = true;
     let mut draining = false;
     loop {
         tokio::select! {
@@ -99,9 +190,43 @@ async fn serve_connection(
             }
             () = &mut stopping, if !draining => {
                 draining = true;
-                // Finish the response in flight, then close instead of keeping alive.
+                // Finish the responses in flight, then close (HTTP/2: GOAWAY).
                 connection.as_mut().graceful_shutdown();
             }
+            () = &mut first_request, if waiting_for_first => {
+                waiting_for_first = false;
+                if !requested.load(Ordering::Relaxed) {
+                    tracing::debug!("no request within the header read timeout; closing");
+                    return;
+                }
+            }
         }
+    }
+}
+
+/// Runs hyper's HTTP/2 stream tasks, each ending when its connection's task ends.
+///
+/// hyper spawns one task per HTTP/2 stream; left detached, a stream's response body (and
+/// its outstanding guard) would outlive a connection aborted at the grace deadline.
+#[derive(Debug, Clone)]
+struct StreamExecutor {
+    /// Closed when the connection's task ends or is aborted.
+    alive: watch::Receiver<()>,
+}
+
+impl<F> hyper::rt::Executor<F> for StreamExecutor
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, future: F) {
+        let mut alive = self.alive.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = future => {}
+                // Nothing is ever sent: this returns when the sender is dropped.
+                _ = alive.changed() => {}
+            }
+        });
     }
 }

@@ -63,8 +63,8 @@ async fn serve(config: GatewayConfig) -> anyhow::Result<()> {
         .await
         .context("cannot start prefixgate")?;
     eprintln!(
-        "prefixgate listening on http://{} (metrics on http://{}/metrics)",
-        handle.addr(),
+        "prefixgate listening on {} (metrics on http://{}/metrics)",
+        handle.url(),
         handle.metrics_addr()
     );
     let signal = signals.recv().await;

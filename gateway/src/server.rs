@@ -2,7 +2,7 @@
 //! listeners plus background tasks, and [`GatewayHandle`] stops them gracefully.
 //!
 //! This is the library entry used by `main`, by the end-to-end tests and by loadgen's local
-//! runner. Start-up order: validate → router → replicas (embedded, then static; or the
+//! runner. Start-up order: validate → TLS certificate and key (when configured) → router → replicas (embedded, then static; or the
 //! Kubernetes watch, waited for up to [`FIRST_POD_LIST_WAIT`]) → one health round (so models
 //! are known) → bind both listeners → background tasks (health, engine scrape, index
 //! sweep, and the token bucket sweep when token rates are on). Shutdown: stop accepting, let
@@ -26,6 +26,7 @@ use crate::proxy::upstream_client;
 use crate::replicas::embedded::{self, EmbeddedReplicas};
 use crate::replicas::health::{self, HealthSettings};
 use crate::replicas::{Replicas, engine_scrape, kubernetes, static_};
+use crate::tls::TlsError;
 
 /// How long start-up waits for the first pod list before serving without replicas (the
 /// watch keeps trying; `/ready` answers 503 until a pod is routable).
@@ -43,6 +44,8 @@ pub enum StartError {
     Routing(#[from] router_core::ConfigError),
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     #[error("invalid admission settings: {0}")]
     Admission(String),
     #[error("cannot start embedded replicas: {0}")]
@@ -67,6 +70,8 @@ pub enum StartError {
 pub struct GatewayHandle {
     addr: SocketAddr,
     metrics_addr: SocketAddr,
+    /// Whether the API listener serves TLS.
+    tls: bool,
     state: Arc<AppState>,
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
@@ -79,6 +84,8 @@ pub struct GatewayHandle {
 /// Starts a gateway as configured (the caller has applied environment and flags).
 pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     config.validate()?;
+    // Before anything starts: a bad certificate or key stops the start with nothing to undo.
+    let tls = config.tls.acceptor()?;
     let default_strategy = config.default_strategy()?;
     let router = router_core::Router::new(config.routing.clone())?;
     let metrics = Metrics::new()?;
@@ -187,13 +194,20 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     }
 
     let (stop, stopped) = watch::channel(false);
-    let server = listener::spawn(listener, app(Arc::clone(&state)), stopped.clone());
-    let metrics_server =
-        listener::spawn(metrics_listener, metrics_app(Arc::clone(&state)), stopped);
-    tracing::info!(%addr, %metrics_addr, replicas = replicas.snapshot().len(), "prefixgate serving");
+    let serves_tls = tls.is_some();
+    let server = listener::spawn(listener, app(Arc::clone(&state)), tls, stopped.clone());
+    // Plain HTTP always: Prometheus scrapes it from inside the cluster.
+    let metrics_server = listener::spawn(
+        metrics_listener,
+        metrics_app(Arc::clone(&state)),
+        None,
+        stopped,
+    );
+    tracing::info!(%addr, %metrics_addr, tls = serves_tls, replicas = replicas.snapshot().len(), "prefixgate serving");
     Ok(GatewayHandle {
         addr,
         metrics_addr,
+        tls: serves_tls,
         state,
         stop,
         server,
@@ -257,9 +271,10 @@ impl GatewayHandle {
         self.metrics_addr
     }
 
-    /// `http://ADDR` of the API listener.
+    /// `http://ADDR` of the API listener, or `https://ADDR` when it serves TLS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Each replica's name and current outstanding count, in set order.
