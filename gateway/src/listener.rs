@@ -12,8 +12,10 @@
 //! stops accepting, asks every connection to finish its in-flight responses and close
 //! (HTTP/2: GOAWAY), and waits for them; aborting the task (at the end of the grace period)
 //! drops the set, which aborts every connection, drops their response bodies and so
-//! releases their outstanding guards. HTTP/2 runs each stream in a task of its own; those
-//! tasks are tied to their connection by [`StreamExecutor`], so they end with it.
+//! releases their outstanding guards. HTTP/2 runs each stream in a task of its own; when its
+//! connection is dropped, h2 closes every stream and hyper's stream task then ends and drops
+//! its response body (`gateway/tests/listener_protocols.rs` checks that the upstream request
+//! is released).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -122,7 +124,8 @@ async fn serve_connection(
                 return;
             }
             Err(_elapsed) => {
-                tracing::debug!(timeout_secs = HANDSHAKE_TIMEOUT.as_secs(), "TLS handshake timed out");
+                let timeout_secs = HANDSHAKE_TIMEOUT.as_secs();
+                tracing::debug!(timeout_secs, "TLS handshake timed out");
                 return;
             }
         },
@@ -154,10 +157,7 @@ async fn serve_http<I>(
             async move { router.oneshot(request.map(Body::new)).await }
         })
     };
-    // Dropped with this function's future (the connection ending, or aborted at the grace
-    // deadline): every stream task of the connection sees it and drops its response body.
-    let (_connection_alive, alive) = watch::channel(());
-    let mut builder = auto::Builder::new(StreamExecutor { alive });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -204,29 +204,113 @@ async fn serve_http<I>(
     }
 }
 
-/// Runs hyper's HTTP/2 stream tasks, each ending when its connection's task ends.
-///
-/// hyper spawns one task per HTTP/2 stream; left detached, a stream's response body (and
-/// its outstanding guard) would outlive a connection aborted at the grace deadline.
-#[derive(Debug, Clone)]
-struct StreamExecutor {
-    /// Closed when the connection's task ends or is aborted.
-    alive: watch::Receiver<()>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-impl<F> hyper::rt::Executor<F> for StreamExecutor
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    fn execute(&self, future: F) {
-        let mut alive = self.alive.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = future => {}
-                // Nothing is ever sent: this returns when the sender is dropped.
-                _ = alive.changed() => {}
-            }
+    /// A listener on port 0 serving `GET /` with "ok".
+    async fn listening(tls: Option<TlsAcceptor>) -> (std::net::SocketAddr, watch::Sender<bool>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let (stop, stopped) = watch::channel(false);
+        spawn(listener, router, tls, stopped);
+        (addr, stop)
+    }
+
+    /// Reads until the server closes the connection; returns how long that took (virtual
+    /// time: the clock is paused and jumps to each timer when nothing else can run).
+    async fn closed_after(tcp: &mut TcpStream) -> Duration {
+        let start = tokio::time::Instant::now();
+        let mut buffer = [0u8; 256];
+        let read = tokio::time::timeout(Duration::from_secs(600), async {
+            while tcp.read(&mut buffer).await.unwrap_or(0) > 0 {}
         });
+        read.await.expect("the server never closed the connection");
+        start.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_sends_nothing_is_closed_after_the_header_read_timeout() {
+        let (addr, _stop) = listening(None).await;
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        assert!(closed_after(&mut silent).await >= HEADER_READ_TIMEOUT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_h2_connection_that_opens_no_stream_is_closed_after_the_header_read_timeout() {
+        let (addr, _stop) = listening(None).await;
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        // A real client: it answers the server's keep-alive pings, so only the first-request
+        // timer can close this connection.
+        let (_sender, connection) = hyper::client::conn::http2::handshake::<
+            _,
+            _,
+            http_body_util::Empty<bytes::Bytes>,
+        >(TokioExecutor::new(), TokioIo::new(tcp))
+        .await
+        .unwrap();
+        let start = tokio::time::Instant::now();
+        tokio::time::timeout(Duration::from_secs(600), connection)
+            .await
+            .expect("the server never closed the connection")
+            .ok();
+        assert!(start.elapsed() >= HEADER_READ_TIMEOUT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_sent_a_request_outlives_the_first_request_timer() {
+        let (addr, _stop) = listening(None).await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let mut answer = [0u8; 512];
+        // Requests 20 s apart: each within hyper's idle limit, the last one after the
+        // first-request timer (30 s) has fired.
+        for round in 0..3 {
+            if round > 0 {
+                tokio::time::sleep(HEADER_READ_TIMEOUT * 2 / 3).await;
+            }
+            client
+                .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let n = client.read(&mut answer).await.unwrap();
+            assert!(
+                answer[..n].starts_with(b"HTTP/1.1 200"),
+                "round {round}: {:?}",
+                &answer[..n]
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_tls_handshake_is_abandoned_after_the_handshake_timeout() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls_pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+            )
+            .unwrap();
+        let (addr, _stop) = listening(Some(TlsAcceptor::from(Arc::new(config)))).await;
+        let mut stalled = TcpStream::connect(addr).await.unwrap();
+        // The first bytes of a ClientHello record, then nothing.
+        stalled
+            .write_all(&[0x16, 0x03, 0x01, 0x00, 0x40])
+            .await
+            .unwrap();
+        let waited = closed_after(&mut stalled).await;
+        assert!(
+            (HANDSHAKE_TIMEOUT..HEADER_READ_TIMEOUT).contains(&waited),
+            "{waited:?}"
+        );
     }
 }

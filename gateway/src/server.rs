@@ -2,12 +2,12 @@
 //! listeners plus background tasks, and [`GatewayHandle`] stops them gracefully.
 //!
 //! This is the library entry used by `main`, by the end-to-end tests and by loadgen's local
-//! runner. Start-up order: validate → TLS certificate and key (when configured) → router → replicas (embedded, then static; or the
-//! Kubernetes watch, waited for up to [`FIRST_POD_LIST_WAIT`]) → one health round (so models
-//! are known) → bind both listeners → background tasks (health, engine scrape, index
-//! sweep, and the token bucket sweep when token rates are on). Shutdown: stop accepting, let
-//! in-flight responses finish up to the grace period, then cut the rest (their guards
-//! release as the bodies drop).
+//! runner. Start-up order: validate → TLS certificate and key (when configured) → router →
+//! replicas (embedded, then static; or the Kubernetes watch, waited for up to
+//! [`FIRST_POD_LIST_WAIT`]) → one health round (so models are known) → bind both listeners
+//! → background tasks (health, engine scrape, index sweep, and the token bucket sweep when
+//! token rates are on). Shutdown: stop accepting, let in-flight responses finish up to the
+//! grace period, then cut the rest (their guards release as the bodies drop).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -203,7 +203,14 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
         None,
         stopped,
     );
-    tracing::info!(%addr, %metrics_addr, tls = serves_tls, replicas = replicas.snapshot().len(), "prefixgate serving");
+    let replica_count = replicas.snapshot().len();
+    tracing::info!(
+        %addr,
+        %metrics_addr,
+        tls = serves_tls,
+        replicas = replica_count,
+        "prefixgate serving"
+    );
     Ok(GatewayHandle {
         addr,
         metrics_addr,
