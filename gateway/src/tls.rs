@@ -346,4 +346,47 @@ mod tests {
         assert_eq!(config.cert_file.as_deref(), Some(Path::new("/f.pem")));
         assert_eq!(config.key_file, None);
     }
+
+    #[test]
+    fn flags_override_the_file_one_by_one_and_one_alone_is_refused() {
+        use clap::Parser;
+        let cli = |args: &[&str]| {
+            crate::cli::Cli::try_parse_from(
+                std::iter::once("prefixgate").chain(args.iter().copied()),
+            )
+            .unwrap()
+        };
+        let dir = dir("flags");
+        let file = dir.join("gateway.toml");
+        std::fs::write(
+            &file,
+            "[tls]\ncert_file = \"/file.crt\"\nkey_file = \"/file.key\"\n",
+        )
+        .unwrap();
+        let config = cli(&["--config", file.to_str().unwrap(), "--tls-key", "/flag.key"])
+            .resolve(|_| None)
+            .unwrap();
+        assert_eq!(
+            config.tls.cert_file.as_deref(),
+            Some(Path::new("/file.crt"))
+        );
+        assert_eq!(config.tls.key_file.as_deref(), Some(Path::new("/flag.key")));
+
+        let error = cli(&["--tls-cert", "/flag.crt"])
+            .resolve(|_| None)
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "incomplete TLS settings: tls.cert_file is set but tls.key_file (--tls-key) is \
+             missing; give both or neither"
+        );
+        let error = cli(&["--tls-key", "/flag.key"])
+            .resolve(|_| None)
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("(--tls-cert) is missing"),
+            "{error}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

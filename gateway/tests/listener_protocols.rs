@@ -388,13 +388,21 @@ impl GatedReplica {
         let (gate, opened) = watch::channel(false);
         let streaming = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&streaming);
-        let chat = move |body: Bytes| {
+        let chat = move |headers: http::HeaderMap, version: Version, body: Bytes| {
             let opened = opened.clone();
             let counter = Arc::clone(&counter);
             async move {
                 let request: serde_json::Value = serde_json::from_slice(&body).unwrap();
                 if request["stream"] != true {
-                    let answer = serde_json::json!({"object": "chat.completion", "choices": []});
+                    // What arrived, so a test can check the upstream hop of an h2 request.
+                    let text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap());
+                    let answer = serde_json::json!({
+                        "object": "chat.completion",
+                        "choices": [],
+                        "version": format!("{version:?}"),
+                        "host": text("host"),
+                        "te": text("te"),
+                    });
                     return axum::response::Response::new(axum::body::Body::from(
                         answer.to_string(),
                     ));
@@ -494,14 +502,20 @@ async fn an_h2_stream_reset_mid_stream_releases_the_pod_and_the_upstream_request
     })
     .await;
 
-    // The same connection still serves.
-    let response = within(
-        "an answer on the same connection",
-        h2.send_request(post(&gateway, chat(GATED_MODEL, false))),
-    )
-    .await
-    .unwrap();
-    assert_ok(response, Version::HTTP_2).await;
+    // The same connection still serves. The upstream hop is HTTP/1.1 with the replica's
+    // authority as `host`, and the client's `te` (allowed in h2 as `trailers`) is not forwarded.
+    let mut request = post(&gateway, chat(GATED_MODEL, false));
+    request
+        .headers_mut()
+        .insert("te", http::HeaderValue::from_static("trailers"));
+    let response = within("an answer on the same connection", h2.send_request(request))
+        .await
+        .unwrap();
+    let seen = assert_ok(response, Version::HTTP_2).await;
+    assert_eq!(seen["version"], "HTTP/1.1");
+    let authority = replica.backend.url.trim_start_matches("http://");
+    assert_eq!(seen["host"], authority);
+    assert_eq!(seen["te"], serde_json::Value::Null);
     gateway.shutdown().await;
 }
 
@@ -555,4 +569,17 @@ async fn the_grace_deadline_cuts_an_h2_stream_and_releases_its_upstream_request(
         let rest = rest.to_bytes();
         assert!(!rest.windows(6).any(|w| w == b"[DONE]"), "{rest:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_key_file_stops_the_start_naming_the_file() {
+    let certificate = TestCertificate::new("missing-key");
+    let mut config = certificate.config();
+    let missing = certificate.dir.join("absent.key");
+    config.tls.key_file = Some(missing);
+    let error = gateway::start(config).await.unwrap_err().to_string();
+    assert!(
+        error.starts_with("cannot read TLS key file") && error.contains("absent.key"),
+        "{error}"
+    );
 }
