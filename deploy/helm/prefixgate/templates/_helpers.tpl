@@ -70,6 +70,20 @@ app.kubernetes.io/component: engine
 {{- end }}
 
 {{/*
+A probe from values (dict "probe" P "tls" BOOL): an httpGet probe of the API port speaks HTTPS
+when TLS is on (the kubelet does not verify the certificate), unless it names a scheme.
+*/}}
+{{- define "prefixgate.probe" -}}
+{{- $probe := deepCopy .probe }}
+{{- if and .tls (hasKey $probe "httpGet") }}
+{{- if not (hasKey $probe.httpGet "scheme") }}
+{{- $_ := set $probe.httpGet "scheme" "HTTPS" }}
+{{- end }}
+{{- end }}
+{{- toYaml $probe }}
+{{- end }}
+
+{{/*
 Settings the chart cannot honour yet, and combinations that cannot work, stop the render
 with a message instead of being ignored.
 */}}
@@ -88,8 +102,8 @@ with a message instead of being ignored.
 {{- fail "discovery.kind=kubernetes cannot be combined with config.embedded.mock_engines." }}
 {{- end }}
 {{- end }}
-{{- if .Values.tls.enabled }}
-{{- fail "tls.enabled=true is not yet supported: prefixgate serves plain HTTP. Terminate TLS at an Ingress, a Gateway API listener or a service mesh in front of the Service." }}
+{{- if and .Values.tls.enabled (not .Values.tls.secretName) }}
+{{- fail "tls.enabled=true needs tls.secretName: a Secret holding the certificate chain and key (kubectl create secret tls NAME --cert=server.crt --key=server.key)." }}
 {{- end }}
 {{- if and (eq .Values.discovery.kind "static") (not .Values.vllm.enabled) (empty .Values.config.backends) (eq (int .Values.config.embedded.mock_engines) 0) }}
 {{- fail "prefixgate has no replicas to route to: set config.backends, vllm.enabled=true, config.embedded.mock_engines or discovery.kind=kubernetes." }}
