@@ -3,6 +3,9 @@
 //!
 //! Hop-by-hop headers (RFC 9110 §7.6.1) are connection-scoped and are never forwarded in
 //! either direction; `host` and `content-length` are rewritten for the upstream hop. The
+//! same rules serve HTTP/2 clients: their `:authority` lives in the URI, not in a header, so
+//! the upstream HTTP/1.1 request's `host` is the replica's, and `te: trailers` (the one
+//! hop-by-hop header HTTP/2 allows) stays behind. The
 //! routing headers are: `request-id`, `routing-strategy`, `target-pod` (the pod **name**, as
 //! AIBrix sets it), `target-pod-ip` (`ip:port`), `x-prefixgate-outstanding` (the chosen pod's
 //! count just before this request) and `x-prefixgate-match-percent` (only when the policy
@@ -191,6 +194,22 @@ mod tests {
         assert!(out.get(header::CONNECTION).is_none());
         assert!(out.get(header::HOST).is_none());
         assert!(out.get(header::CONTENT_LENGTH).is_none());
+    }
+
+    #[test]
+    fn an_h2_request_s_te_and_an_h1_upgrade_are_not_forwarded() {
+        let mut client = HeaderMap::new();
+        client.insert(header::TE, HeaderValue::from_static("trailers"));
+        client.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+        client.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        client.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let out = upstream_request_headers(&client, &HeaderValue::from_static("rid"));
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(out[header::CONTENT_TYPE], "application/json");
+        assert_eq!(out[&X_REQUEST_ID], "rid");
     }
 
     #[test]
