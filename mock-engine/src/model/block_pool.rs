@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 
 use super::free_queue::FreeQueue;
+use super::kv_events::{KvEvent, KvEventLog};
 
 /// Index of a block in the pool.
 pub type BlockId = u32;
@@ -25,6 +26,8 @@ pub struct BlockPool {
     hash: Vec<Option<u64>>,
     cached: HashMap<u64, BlockId>,
     free: FreeQueue,
+    /// KV-cache events since the last take (off unless enabled).
+    events: KvEventLog,
 }
 
 impl BlockPool {
@@ -42,6 +45,7 @@ impl BlockPool {
             hash: vec![None; total],
             cached: HashMap::new(),
             free,
+            events: KvEventLog::default(),
         }
     }
 
@@ -108,16 +112,70 @@ impl BlockPool {
 
     /// Registers a now-full block under `hash` so later requests can hit it. If another
     /// block already holds that hash (two requests computed the same block at once), this
-    /// one stays unregistered and is recycled as a plain block when freed.
-    pub fn cache(&mut self, block: BlockId, hash: u64) {
+    /// one stays unregistered and is recycled as a plain block when freed. Returns whether
+    /// the block was registered (the caller announces exactly those: [`BlockPool::record_stored`]).
+    pub fn cache(&mut self, block: BlockId, hash: u64) -> bool {
         let index = block as usize;
         if index >= self.hash.len() || self.hash[index].is_some() {
-            return;
+            return false;
         }
         if let std::collections::hash_map::Entry::Vacant(slot) = self.cached.entry(hash) {
             slot.insert(block);
             self.hash[index] = Some(hash);
+            return true;
         }
+        false
+    }
+
+    /// Starts or stops recording KV-cache events.
+    pub fn set_events_enabled(&mut self, enabled: bool) {
+        self.events.set_enabled(enabled);
+    }
+
+    pub fn events_enabled(&self) -> bool {
+        self.events.is_enabled()
+    }
+
+    /// Records `BlockStored` for blocks the caller just registered with
+    /// [`BlockPool::cache`] (the pool does not know their tokens).
+    pub fn record_stored(
+        &mut self,
+        block_hashes: &[u64],
+        parent_block_hash: Option<u64>,
+        token_ids: &[u32],
+        block_size: usize,
+    ) {
+        self.events
+            .stored(block_hashes, parent_block_hash, token_ids, block_size);
+    }
+
+    /// Events recorded and not yet taken: the step in flight's, which the engine publishes
+    /// when that step ends (tests compare the pool with what subscribers saw plus these).
+    pub fn pending_events(&self) -> &[KvEvent] {
+        self.events.pending()
+    }
+
+    /// The events recorded since the last take, oldest first.
+    pub fn take_events(&mut self) -> Vec<KvEvent> {
+        self.events.take()
+    }
+
+    /// vLLM's `reset_prefix_cache`: forgets every cached hash, only when no block is in use
+    /// (a running request's blocks would otherwise lose their identity under it). Returns
+    /// whether the cache was reset; records `AllBlocksCleared` when it was.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        if self.num_free() != self.usable() {
+            return false;
+        }
+        self.cached.clear();
+        self.hash.iter_mut().for_each(|h| *h = None);
+        self.events.cleared();
+        true
+    }
+
+    /// Every hash currently findable, in no particular order (tests and diagnostics).
+    pub fn cached_hashes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.cached.keys().copied()
     }
 
     /// Drops one reference on each of a request's blocks, given in the request's order.
@@ -206,6 +264,7 @@ impl BlockPool {
     fn evict(&mut self, block: BlockId) {
         if let Some(hash) = self.hash.get_mut(block as usize).and_then(Option::take) {
             self.cached.remove(&hash);
+            self.events.removed(hash);
         }
     }
 }

@@ -8,6 +8,7 @@
 //! ends by the given time, so the server can call it from a real-time loop and the simulator
 //! from a virtual clock, with identical results.
 
+use super::kv_events::KvEventBatch;
 use super::metrics::EngineMetrics;
 use super::scheduler::{ScheduledChunk, Scheduler};
 use super::sequence::Sequence;
@@ -36,6 +37,8 @@ pub struct EngineModel {
     /// The latest time the engine has been told about or acted at; times passed in that lie
     /// before it are treated as it, so outputs never go back in time.
     clock: Seconds,
+    /// KV-cache event batches not yet taken (empty unless events are on).
+    kv_batches: Vec<KvEventBatch>,
 }
 
 impl EngineModel {
@@ -48,6 +51,7 @@ impl EngineModel {
             metrics: EngineMetrics::default(),
             next_id: 0,
             clock: 0.0,
+            kv_batches: Vec::new(),
         }
     }
 
@@ -131,6 +135,7 @@ impl EngineModel {
                     self.scheduler
                         .complete(&step.chunks, step.end, &mut self.metrics),
                 );
+                self.collect_kv_events(step.end);
                 self.start_step(step.end);
                 continue;
             }
@@ -184,6 +189,35 @@ impl EngineModel {
         &self.scheduler
     }
 
+    /// Starts or stops recording vLLM's KV-cache events ([`super::kv_events`]); off by
+    /// default. Stopping drops batches not yet taken.
+    pub fn set_kv_events(&mut self, enabled: bool) {
+        self.scheduler.set_kv_events(enabled);
+        if !enabled {
+            self.kv_batches = Vec::new();
+        }
+    }
+
+    /// The KV-cache event batches of the steps that ended since the last take, oldest first:
+    /// one batch per step that changed the prefix cache, stamped with the step's end (as
+    /// vLLM's scheduler takes them once per step). Empty, without allocating, when off.
+    pub fn take_kv_event_batches(&mut self) -> Vec<KvEventBatch> {
+        std::mem::take(&mut self.kv_batches)
+    }
+
+    /// vLLM's `reset_prefix_cache`: forgets every cached block if none is in use, and then
+    /// publishes `AllBlocksCleared` in a batch of its own at `now` (after anything the step
+    /// in flight recorded), rather than waiting for a step an idle engine may never take.
+    /// `false` (and nothing changes) while any request holds blocks.
+    pub fn reset_prefix_cache(&mut self, now: Seconds) -> bool {
+        if !self.scheduler.reset_prefix_cache() {
+            return false;
+        }
+        let now = self.at_or_after_clock(now);
+        self.collect_kv_events(now);
+        true
+    }
+
     /// Checks block accounting and queue invariants; `Err` describes the first violation.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.scheduler.check()
@@ -207,6 +241,14 @@ impl EngineModel {
         self.metrics.iteration_tokens.observe(tokens as f64);
         let end = at + step_duration(&self.profile, &chunks);
         self.in_flight = Some(InFlightStep { end, chunks });
+    }
+
+    /// Moves the pool's recorded events into a batch stamped `ts`, if there are any.
+    fn collect_kv_events(&mut self, ts: Seconds) {
+        let events = self.scheduler.take_kv_events();
+        if !events.is_empty() {
+            self.kv_batches.push(KvEventBatch { ts, events });
+        }
     }
 
     fn at_or_after_clock(&self, now: Seconds) -> Seconds {

@@ -9,7 +9,8 @@
 //!
 //! The pieces: [`profile`] (coefficients and limits, from `config/engines/*.toml`),
 //! [`request`] (what callers submit and get back), [`block_pool`], [`free_queue`] and
-//! [`block_hash`] (KV blocks and the prefix cache), [`sequence`] (one request's engine
+//! [`block_hash`] (KV blocks and the prefix cache), [`kv_events`] (what the prefix cache
+//! announces to subscribers), [`sequence`] (one request's engine
 //! state), [`scheduler`] (what one step computes), [`step_time`] (how long it takes),
 //! [`metrics`] (vLLM's counters and histograms) and [`engine`] (the clock-driven loop tying
 //! them together).
@@ -18,6 +19,7 @@ pub mod block_hash;
 pub mod block_pool;
 pub mod engine;
 pub mod free_queue;
+pub mod kv_events;
 pub mod metrics;
 pub mod profile;
 pub mod request;
@@ -26,6 +28,7 @@ pub mod sequence;
 pub mod step_time;
 
 pub use engine::EngineModel;
+pub use kv_events::{KvEvent, KvEventBatch};
 pub use metrics::{
     EngineMetrics, Histogram, ITERATION_TOKENS_BUCKETS, REQUEST_LATENCY_BUCKETS, RequestSuccess,
     TOKEN_LATENCY_BUCKETS, TTFT_BUCKETS,
@@ -48,3 +51,6 @@ mod calibration_tests;
 
 #[cfg(test)]
 mod accounting_proptest;
+
+#[cfg(test)]
+mod kv_events_tests;

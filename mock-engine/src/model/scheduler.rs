@@ -13,6 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::block_pool::{BlockId, BlockPool};
+use super::kv_events::KvEvent;
 use super::metrics::EngineMetrics;
 use super::sequence::Sequence;
 use super::{EngineProfile, FinishReason, RequestId, Seconds, TokenOutput};
@@ -73,6 +74,21 @@ impl Scheduler {
 
     pub fn pool(&self) -> &BlockPool {
         &self.pool
+    }
+
+    /// Starts or stops recording KV-cache events in the pool.
+    pub fn set_kv_events(&mut self, enabled: bool) {
+        self.pool.set_events_enabled(enabled);
+    }
+
+    /// The KV-cache events recorded since the last take.
+    pub fn take_kv_events(&mut self) -> Vec<KvEvent> {
+        self.pool.take_events()
+    }
+
+    /// Resets the prefix cache if no block is in use ([`BlockPool::reset_prefix_cache`]).
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        self.pool.reset_prefix_cache()
     }
 
     /// Ids in the running queue, oldest admission first.
@@ -348,14 +364,52 @@ fn advance_sequence(seq: &mut Sequence, n: usize) -> ScheduledChunk {
 }
 
 /// Registers the request's blocks that this step fills, so requests scheduled later can hit
-/// them (vLLM caches at allocation time, for the tokens the step will compute).
+/// them (vLLM caches at allocation time, for the tokens the step will compute). With events
+/// on, each run of consecutive newly registered blocks is announced as one `BlockStored`
+/// (one run per request per step, unless a block's hash was already cached by another
+/// block, which splits the run: a subscriber then sees every hash stored exactly once).
 fn cache_full_blocks(pool: &mut BlockPool, seq: &mut Sequence, block_size: usize) {
     seq.refresh_hashes(block_size);
     let full = (seq.num_computed / block_size)
         .min(seq.block_hashes.len())
         .min(seq.blocks.len());
+    let events = pool.events_enabled();
+    let mut run_start = None;
     for i in seq.num_cached_blocks..full {
-        pool.cache(seq.blocks[i], seq.block_hashes[i]);
+        let registered = pool.cache(seq.blocks[i], seq.block_hashes[i]);
+        if !events {
+            continue;
+        }
+        match (registered, run_start) {
+            (true, None) => run_start = Some(i),
+            (false, Some(start)) => {
+                announce_stored(pool, seq, start..i, block_size);
+                run_start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(start) = run_start {
+        announce_stored(pool, seq, start..full, block_size);
     }
     seq.num_cached_blocks = seq.num_cached_blocks.max(full);
+}
+
+/// Records `BlockStored` for the request's blocks `blocks` (indices into its block list).
+fn announce_stored(
+    pool: &mut BlockPool,
+    seq: &Sequence,
+    blocks: std::ops::Range<usize>,
+    block_size: usize,
+) {
+    let parent = blocks
+        .start
+        .checked_sub(1)
+        .and_then(|p| seq.block_hashes.get(p).copied());
+    let hashes = seq.block_hashes.get(blocks.clone()).unwrap_or(&[]);
+    let tokens = seq
+        .tokens
+        .get(blocks.start * block_size..blocks.end * block_size)
+        .unwrap_or(&[]);
+    pool.record_stored(hashes, parent, tokens, block_size);
 }
