@@ -6,6 +6,8 @@
 //! each `--listen` one replica, or `--replicas N --port-base P` as a shorthand. Once every
 //! replica is listening, one line per replica goes to stdout: `NAME http://IP:PORT` (so a
 //! script that asked for port 0 learns the real port). Logs go to stderr (`RUST_LOG`).
+//! `--kv-events-config '{json}'` publishes vLLM's KV-cache events (the endpoints are logged;
+//! replica i adds i to both ports, as vLLM does per data-parallel rank).
 
 use std::io::IsTerminal;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -13,8 +15,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use mock_engine::kv_events::KvEventsConfig;
 use mock_engine::model::EngineProfile;
-use mock_engine::server::{FailurePlan, FailureSpec, ReplicaConfig, spawn_replica};
+use mock_engine::server::{FailurePlan, FailureSpec, ReplicaConfig, spawn_replica_with_events};
 
 /// Simulated vLLM 0.11 replicas: the OpenAI HTTP API, /metrics and prefix caching over a
 /// clocked engine model, with failure injection for testing gateways.
@@ -67,6 +70,13 @@ struct Cli {
     /// /health and /ping answer 503 for this many engine seconds after start.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     fail_health_for: Option<f64>,
+
+    /// vLLM's KV-cache events, as vLLM takes them, e.g.
+    /// '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}'.
+    /// Fields: enable_kv_cache_events, publisher (zmq|null), endpoint, replay_endpoint,
+    /// topic, buffer_steps, hwm, max_queue_size. Replica i adds i to both ports.
+    #[arg(long, value_name = "JSON", value_parser = parse_kv_events)]
+    kv_events_config: Option<KvEventsConfig>,
 }
 
 const AFTER_HELP: &str = "\
@@ -84,6 +94,10 @@ Logs: stderr, filtered by RUST_LOG (default info). Stops on SIGINT or SIGTERM.";
 
 fn parse_spec(text: &str) -> Result<FailureSpec, String> {
     FailureSpec::parse(text).map_err(|e| e.to_string())
+}
+
+fn parse_kv_events(text: &str) -> Result<KvEventsConfig, String> {
+    KvEventsConfig::parse(text).map_err(|e| e.to_string())
 }
 
 fn parse_rate(text: &str) -> Result<f64, String> {
@@ -179,7 +193,10 @@ async fn run(cli: Cli) -> Result<()> {
 
     let signals = StopSignals::install()?;
     let mut handles = Vec::new();
-    for (name, listen) in cli.replicas()? {
+    let kv_events = cli.kv_events_config.clone().unwrap_or_default();
+    for (index, (name, listen)) in cli.replicas()?.into_iter().enumerate() {
+        let index = u16::try_from(index).context("too many replicas")?;
+        let kv_events = kv_events.for_replica(index)?;
         let config = ReplicaConfig {
             name,
             listen,
@@ -188,7 +205,7 @@ async fn run(cli: Cli) -> Result<()> {
             time_scale: cli.time_scale,
             failures: failures.clone(),
         };
-        match spawn_replica(config).await {
+        match spawn_replica_with_events(config, kv_events).await {
             Ok(handle) => handles.push(handle),
             Err(e) => {
                 for handle in handles {
@@ -329,5 +346,21 @@ mod tests {
         assert!(dup.replicas().unwrap_err().to_string().contains("twice"));
         let many = parse(&["--name", "a,b"]).unwrap();
         assert!(many.replicas().is_err());
+        let kv = parse(&["--kv-events-config", r#"{"publisher":"kafka"}"#])
+            .unwrap_err()
+            .to_string();
+        assert!(kv.contains("`publisher`") && kv.contains("kafka"), "{kv}");
+    }
+
+    #[test]
+    fn kv_events_config_is_vllms_json() {
+        let cli = parse(&[
+            "--kv-events-config",
+            r#"{"enable_kv_cache_events":true,"endpoint":"tcp://*:6000"}"#,
+        ])
+        .unwrap();
+        let config = cli.kv_events_config.unwrap();
+        assert!(config.publishes());
+        assert_eq!(config.endpoint, "tcp://*:6000");
     }
 }

@@ -80,7 +80,7 @@ fn prints_replicas_serves_and_stops_on_sigterm() {
 
 #[test]
 fn bad_flags_fail_with_a_message() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &["--profile", "no-such-profile"],
             "unknown engine profile `no-such-profile`",
@@ -94,6 +94,22 @@ fn bad_flags_fail_with_a_message() {
             "unknown failure directive `explode`",
         ),
         (&["--replicas", "2"], "--port-base"),
+        (
+            &[
+                "--kv-events-config",
+                r#"{"enable_kv_cache_events":true,"bogus":1}"#,
+            ],
+            "unknown field `bogus`",
+        ),
+        (
+            &["--kv-events-config", r#"{"endpoint":"ipc:///tmp/kv"}"#],
+            "`endpoint` = `ipc:///tmp/kv`",
+        ),
+        (
+            &["--kv-events-config", r#"{"buffer_steps":"many"}"#],
+            "`buffer_steps`",
+        ),
+        (&["--kv-events-config", "{"], "--kv-events-config"),
     ];
     for (args, needle) in cases {
         let output = Command::new(BIN)

@@ -12,6 +12,10 @@
 //! [`Submission`] carries an [`AbortOnDrop`] guard: whoever drops the request before its last
 //! token (a client that disconnected, a server shutting down, an injected abort) aborts it in
 //! the model, which frees its blocks and counts `finished_reason="abort"`.
+//!
+//! With KV events on, the driver takes the model's event batches after every advance and
+//! pushes them into the publisher's [`BatchQueue`], which never blocks (it drops the oldest
+//! batch when full), so a slow or stuck publisher cannot stall the step loop.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +26,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::kv_events::BatchQueue;
 use crate::model::{AdmissionError, EngineModel, EngineRequest, RequestId, Seconds, TokenOutput};
 
 /// Engine time on a wall clock: `(now − origin) × time_scale`.
@@ -90,6 +95,8 @@ struct DriverShared {
     /// False once the driver loop has ended (shutdown, or a panic in the model): nothing
     /// would advance a new request, so it must be refused rather than left hanging.
     running: AtomicBool,
+    /// Where KV event batches go, when events are published.
+    kv_queue: Option<Arc<BatchQueue>>,
 }
 
 /// Why a request could not be submitted.
@@ -124,6 +131,13 @@ impl DriverShared {
         // A panic while holding the lock leaves the model as it was between two calls, which
         // is still consistent; keep serving rather than poison every later request.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands the model's KV event batches to the publisher (nothing when events are off).
+    fn publish(&self, model: &mut EngineModel) {
+        if let Some(queue) = &self.kv_queue {
+            queue.push(model.take_kv_event_batches());
+        }
     }
 
     fn now(&self, state: &mut DriverState) -> Seconds {
@@ -184,6 +198,17 @@ impl EngineDriver {
         clock: EngineClock,
         shutdown: watch::Receiver<bool>,
     ) -> (EngineDriver, JoinHandle<()>) {
+        Self::start_publishing(model, clock, shutdown, None)
+    }
+
+    /// As [`EngineDriver::start`], pushing the model's KV event batches into `kv_queue`
+    /// (the model must have events enabled for there to be any).
+    pub fn start_publishing(
+        model: EngineModel,
+        clock: EngineClock,
+        shutdown: watch::Receiver<bool>,
+        kv_queue: Option<Arc<BatchQueue>>,
+    ) -> (EngineDriver, JoinHandle<()>) {
         let shared = Arc::new(DriverShared {
             state: Mutex::new(DriverState {
                 model,
@@ -193,6 +218,7 @@ impl EngineDriver {
             wake: Notify::new(),
             clock,
             running: AtomicBool::new(true),
+            kv_queue,
         });
         let task = tokio::spawn(drive(Arc::clone(&shared), shutdown));
         (EngineDriver { shared }, task)
@@ -244,6 +270,16 @@ impl EngineDriver {
         self.shared.wake.notify_one();
     }
 
+    /// vLLM's `reset_prefix_cache`: `false` while any request holds blocks. The
+    /// `AllBlocksCleared` batch goes to the publisher at once.
+    pub fn reset_prefix_cache(&self) -> bool {
+        let mut state = self.shared.lock();
+        let now = self.shared.now(&mut state);
+        let reset = state.model.reset_prefix_cache(now);
+        self.shared.publish(&mut state.model);
+        reset
+    }
+
     /// Reads the model (for `/metrics`) as of the driver's last step: the driver advances
     /// it on every step boundary, so gauges are never more than one step old.
     pub fn inspect<R>(&self, read: impl FnOnce(&EngineModel) -> R) -> R {
@@ -270,6 +306,7 @@ async fn drive(shared: Arc<DriverShared>, mut shutdown: watch::Receiver<bool>) {
             let mut state = shared.lock();
             let now = shared.now(&mut state);
             let outputs = state.model.advance(now);
+            shared.publish(&mut state.model);
             let gone = deliver(&mut state.streams, outputs);
             for id in gone {
                 state.model.abort(id, now);

@@ -3,7 +3,9 @@
 //!
 //! [`spawn_replica`] is the whole public API: it binds a listener (port 0 allowed), starts
 //! the engine driver and an accept loop on the current tokio runtime, and returns a
-//! [`ReplicaHandle`]. The gateway's `--mock-engines N`, loadgen's `--local`, the
+//! [`ReplicaHandle`]. [`spawn_replica_with_events`] does the same and also publishes the
+//! engine's KV-cache events over ZMQ as vLLM's `--kv-events-config` asks
+//! ([`crate::kv_events`]). The gateway's `--mock-engines N`, loadgen's `--local`, the
 //! `mock-engine` binary and end-to-end tests all start replicas this way, several per
 //! process if they like.
 //!
@@ -27,7 +29,7 @@ mod sse;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -38,6 +40,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 pub use failures::{FAIL_HEADER, FailurePlan, FailureSpec, FailureSpecError};
 
+use crate::kv_events::{KvEventPublisher, KvEventsConfig, PublisherError};
 use crate::model::{EngineModel, EngineProfile};
 use engine_driver::{EngineClock, EngineDriver};
 use replica::Replica;
@@ -74,6 +77,12 @@ pub enum ServerError {
     FailureRate { name: String, value: f64 },
     #[error("replica `{name}`: health failure period must be finite and >= 0, got {value}")]
     HealthFailFor { name: String, value: f64 },
+    #[error("replica `{name}`: {source}")]
+    KvEvents {
+        name: String,
+        #[source]
+        source: PublisherError,
+    },
 }
 
 /// A running replica. Dropping it stops the replica too (as [`ReplicaHandle::shutdown`]
@@ -85,6 +94,7 @@ pub struct ReplicaHandle {
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
     driver: JoinHandle<()>,
+    kv_events: Option<KvEventPublisher>,
 }
 
 impl ReplicaHandle {
@@ -102,18 +112,43 @@ impl ReplicaHandle {
         format!("http://{}", self.addr)
     }
 
+    /// The KV events PUB endpoint (`tcp://IP:PORT`, the real port when 0 was asked), when
+    /// events are published.
+    pub fn kv_events_endpoint(&self) -> Option<&str> {
+        self.kv_events.as_ref().map(KvEventPublisher::endpoint)
+    }
+
+    /// The KV events replay (ROUTER) endpoint, when replay is served.
+    pub fn kv_events_replay_endpoint(&self) -> Option<&str> {
+        self.kv_events
+            .as_ref()
+            .and_then(KvEventPublisher::replay_endpoint)
+    }
+
     /// Stops accepting, drops every open connection (in-flight requests are aborted in the
     /// model) and waits for the replica's tasks to end.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.server.await;
         let _ = self.driver.await;
+        if let Some(publisher) = self.kv_events {
+            publisher.join().await;
+        }
         tracing::info!(replica = %self.name, "stopped");
     }
 }
 
 /// Starts one replica on the current tokio runtime.
 pub async fn spawn_replica(config: ReplicaConfig) -> Result<ReplicaHandle, ServerError> {
+    spawn_replica_with_events(config, KvEventsConfig::default()).await
+}
+
+/// Starts one replica that also publishes KV-cache events as `kv_events` says (nothing
+/// more than [`spawn_replica`] unless events are enabled with the "zmq" publisher).
+pub async fn spawn_replica_with_events(
+    config: ReplicaConfig,
+    kv_events: KvEventsConfig,
+) -> Result<ReplicaHandle, ServerError> {
     let ReplicaConfig {
         name,
         listen,
@@ -155,10 +190,36 @@ pub async fn spawn_replica(config: ReplicaConfig) -> Result<ReplicaHandle, Serve
     let (stop, stopped) = watch::channel(false);
     let max_model_len = profile.max_model_len;
     let profile_name = profile.name.clone();
-    let (driver, driver_task) = EngineDriver::start(
-        EngineModel::new(profile),
-        EngineClock::start(time_scale),
+    let clock = EngineClock::start(time_scale);
+    // Unix time at engine time 0: the events' `ts` is this plus engine seconds.
+    let epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let publisher = if kv_events.publishes() {
+        let publisher = KvEventPublisher::start(&kv_events, epoch, stopped.clone())
+            .await
+            .map_err(|source| ServerError::KvEvents {
+                name: name.clone(),
+                source,
+            })?;
+        tracing::info!(
+            replica = %name,
+            endpoint = publisher.endpoint(),
+            replay = publisher.replay_endpoint().unwrap_or("none"),
+            topic = %kv_events.topic,
+            "publishing KV events"
+        );
+        Some(publisher)
+    } else {
+        None
+    };
+    let mut engine = EngineModel::new(profile);
+    engine.set_kv_events(publisher.is_some());
+    let (driver, driver_task) = EngineDriver::start_publishing(
+        engine,
+        clock,
         stopped.clone(),
+        publisher.as_ref().map(KvEventPublisher::queue),
     );
     let replica = Arc::new(Replica::new(
         name.clone(),
@@ -175,6 +236,7 @@ pub async fn spawn_replica(config: ReplicaConfig) -> Result<ReplicaHandle, Serve
         stop,
         server,
         driver: driver_task,
+        kv_events: publisher,
     })
 }
 

@@ -1,6 +1,7 @@
 //! The replica's HTTP surface as one axum `Router` (app-as-a-function, so tests can call it
 //! without a socket), plus the small endpoints: `/v1/models`, `/health`, `/ping`,
-//! `/version`, `/tokenize`, `/metrics` and the mock's control endpoint `/mock/health`.
+//! `/version`, `/tokenize`, `/metrics`, `/reset_prefix_cache` and the mock's control
+//! endpoint `/mock/health`.
 
 use std::sync::Arc;
 
@@ -37,6 +38,7 @@ pub fn app(replica: Arc<Replica>) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/metrics", get(metrics))
         .route("/metrics/", get(metrics))
+        .route("/reset_prefix_cache", post(reset_prefix_cache))
         .route("/mock/health", post(control_health))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -98,6 +100,16 @@ async fn control_health(
     }
     replica.fail_health_for(control.fail_for);
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// `POST /reset_prefix_cache` (vLLM's dev-mode endpoint): forgets every cached block and
+/// publishes `AllBlocksCleared`. Like vLLM it answers 200 either way; while requests hold
+/// blocks nothing is reset and a warning is logged.
+async fn reset_prefix_cache(State(replica): State<Arc<Replica>>) -> StatusCode {
+    if !replica.driver.reset_prefix_cache() {
+        tracing::warn!(replica = %replica.name, "prefix cache not reset: blocks are in use");
+    }
+    StatusCode::OK
 }
 
 async fn version() -> Response {
@@ -219,6 +231,11 @@ fn tokenize_body(replica: &Replica, body: &[u8]) -> Result<Vec<u32>, ApiError> {
             ));
         }
     }
+    // vLLM's tokenize flags: the mock's tokenizer has no special tokens, so
+    // `add_special_tokens` changes nothing; `add_generation_prompt: false` leaves the chat
+    // template's trailing assistant marker out.
+    let _add_special_tokens = tokenize_flag(&fields, "add_special_tokens")?;
+    let add_generation_prompt = tokenize_flag(&fields, "add_generation_prompt")?.unwrap_or(true);
     // Reuse the generation parser: the model is checked above, so give it the served one.
     fields.insert("model".into(), Value::String(replica.model.clone()));
     let endpoint = if fields.contains_key("messages") {
@@ -229,10 +246,31 @@ fn tokenize_body(replica: &Replica, body: &[u8]) -> Result<Vec<u32>, ApiError> {
     let bytes = serde_json::to_vec(&fields)
         .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))?;
     let params = parse_generation(endpoint, &bytes)?;
-    Ok(match params.prompt {
+    let mut tokens = match params.prompt {
         PromptInput::Text(text) => tokenizer::encode(&text),
         PromptInput::Tokens(ids) => ids,
-    })
+    };
+    if endpoint == Endpoint::Chat && !add_generation_prompt {
+        // The template always ends with this marker as a word of its own.
+        tokens.truncate(tokens.len() - tokenizer::count(GENERATION_PROMPT).min(tokens.len()));
+    }
+    Ok(tokens)
+}
+
+/// The chat template's assistant marker (see `request.rs`).
+const GENERATION_PROMPT: &str = "<|assistant|>";
+
+fn tokenize_flag(
+    fields: &serde_json::Map<String, Value>,
+    name: &str,
+) -> Result<Option<bool>, ApiError> {
+    match fields.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(flag)) => Ok(Some(*flag)),
+        Some(_) => Err(ApiError::bad_request(format!(
+            "Invalid type for `{name}`: expected a boolean"
+        ))),
+    }
 }
 
 /// `GET /metrics`: Prometheus text.
