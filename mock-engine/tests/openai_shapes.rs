@@ -321,6 +321,23 @@ async fn small_endpoints_answer_like_vllm() {
         assert_eq!(wrong.status, StatusCode::NOT_FOUND);
         let bad = post(&replica, "/tokenize", r#"{"prompt":5}"#).await;
         assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+        // vLLM's flags: without the generation prompt the assistant marker is left out.
+        let bare = post(
+            &replica,
+            "/tokenize",
+            r#"{"messages":[{"role":"user","content":"one two three"}],"add_generation_prompt":false,"add_special_tokens":true}"#,
+        )
+        .await
+        .json();
+        assert_eq!(bare["count"].as_u64(), chat["count"].as_u64().map(|n| n - 1));
+        let (bare_ids, chat_ids) = (
+            bare["tokens"].as_array().unwrap(),
+            chat["tokens"].as_array().unwrap(),
+        );
+        assert_eq!(bare_ids[..], chat_ids[..bare_ids.len()]);
+        let flag = post(&replica, "/tokenize", r#"{"prompt":"x","add_special_tokens":"yes"}"#).await;
+        assert_eq!(flag.status, StatusCode::BAD_REQUEST);
+        assert!(flag.json()["error"]["message"].as_str().unwrap().contains("add_special_tokens"));
         replica.shutdown().await;
     })
     .await;
