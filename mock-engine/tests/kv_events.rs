@@ -60,17 +60,51 @@ async fn subscribe(replica: &ReplicaHandle) -> (SubSocket, Vec<Published>) {
     let endpoint = replica.kv_events_endpoint().expect("events on");
     sub.connect(endpoint).await.expect("SUB connects");
     sub.subscribe("").await.expect("subscribe");
+    let first = probe_until_received(replica, &mut sub).await;
+    (sub, vec![first])
+}
+
+async fn probe_until_received(replica: &ReplicaHandle, sub: &mut SubSocket) -> Published {
     for probe in 0..40 {
         let body = chat_body(&prompt_of(40, &format!("probe{probe}-")), 1, false, false);
         assert_eq!(
             post(replica, "/v1/chat/completions", &body).await.status,
             200
         );
-        if let Some(first) = next_published(&mut sub, RECV_WAIT).await {
-            return (sub, vec![first]);
+        if let Some(first) = next_published(sub, RECV_WAIT).await {
+            return first;
         }
     }
     panic!("no KV event reached the subscriber after 40 probe requests");
+}
+
+#[tokio::test]
+async fn a_pub_endpoint_with_a_named_host_connects_to_a_binding_subscriber() {
+    bounded(async {
+        // llm-d's layout: the subscriber binds, every engine dials it.
+        let mut sub = SubSocket::new();
+        let bound = sub.bind("tcp://127.0.0.1:0").await.expect("SUB binds");
+        sub.subscribe("").await.expect("subscribe");
+        let kv = KvEventsConfig::parse(&format!(
+            r#"{{"enable_kv_cache_events":true,"endpoint":"{bound}","topic":"{TOPIC}"}}"#
+        ))
+        .expect("valid config");
+        let replica = spawn_replica_with_events(config(fast(), FailurePlan::default()), kv)
+            .await
+            .expect("replica starts");
+        assert_eq!(
+            replica.kv_events_endpoint(),
+            Some(bound.to_string().as_str())
+        );
+        let first = probe_until_received(&replica, &mut sub).await;
+        let events = decode_batch(&first.payload).expect("payload").batch.events;
+        assert!(
+            matches!(events[0], KvEvent::BlockStored { .. }),
+            "{events:?}"
+        );
+        replica.shutdown().await;
+    })
+    .await;
 }
 
 /// Every BlockStored event in `messages`.
