@@ -14,12 +14,14 @@
 //! - [`load`]: per-pod outstanding counts (with an RAII guard) and scraped engine stats;
 //! - [`policy`]: `random`, `least-request`, `prefix-cache` (AIBrix v0.7.0), one file each;
 //! - [`decision`]: what a policy chose and why, for headers and metrics;
+//! - [`kv_sync`]: engines' KV-cache events decoded and applied to the index (KV-event sync);
 //! - [`router`]: the entry point that ties them together under a [`RouterConfig`].
 
 pub mod config;
 pub mod decision;
 pub mod hash;
 pub mod index;
+pub mod kv_sync;
 pub mod load;
 pub mod policy;
 pub mod router;

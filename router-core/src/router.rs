@@ -12,6 +12,9 @@ use crate::config::{ConfigError, RouterConfig};
 use crate::decision::Decision;
 use crate::hash::block_hashes;
 use crate::index::PrefixIndex;
+use crate::kv_sync::{
+    Applied, DEFAULT_MAX_ENGINE_BLOCKS, KvEvent, PodSync, SyncError, SyncSettings,
+};
 use crate::load::{Candidate, OutstandingGuard, RequestWork};
 use crate::policy::prefix_load::uncached_blocks;
 use crate::policy::{LeastRequest, Policy, PolicyInput, PrefixCache, PrefixLoad, Random, Strategy};
@@ -91,11 +94,72 @@ impl Router {
         ))
     }
 
+    /// The request's block hashes: its engine tokens when given (token ids as 4-byte
+    /// big-endian bytes, [`crate::kv_sync::token_bytes`]), else its text tokenized.
+    pub fn request_hashes(
+        &self,
+        request: &RouteRequest<'_>,
+        tokens: Option<&[u8]>,
+    ) -> Result<Vec<u64>, TokenizeError> {
+        match tokens {
+            Some(bytes) => Ok(block_hashes(
+                bytes,
+                self.config.block_size,
+                self.config.hash_seed,
+            )),
+            None => self.hashes(request.text),
+        }
+    }
+
+    /// How engine events become router blocks under this router's block size and seed.
+    pub fn kv_sync_settings(&self) -> SyncSettings {
+        SyncSettings {
+            router_block_bytes: self.config.block_size,
+            seed: self.config.hash_seed,
+            max_engine_blocks: DEFAULT_MAX_ENGINE_BLOCKS,
+        }
+    }
+
+    /// Applies one engine event from `pod` (serving `models`) to this router's index.
+    pub fn apply_kv_event(
+        &self,
+        sync: &mut PodSync,
+        event: &KvEvent,
+        pod: &str,
+        models: &[String],
+        now: Millis,
+    ) -> Result<Applied, SyncError> {
+        sync.apply(
+            event,
+            pod,
+            models,
+            &self.index,
+            &self.kv_sync_settings(),
+            now,
+        )
+    }
+
     /// Chooses a pod among `pods` (the ready ones) and counts the request against it.
     pub fn route(
         &self,
         strategy: Strategy,
         request: &RouteRequest<'_>,
+        pods: &[Candidate<'_>],
+        rng: &mut dyn RngCore,
+        now: Millis,
+    ) -> Result<Routed, RouteError> {
+        self.route_with_tokens(strategy, request, None, pods, rng, now)
+    }
+
+    /// [`route`](Self::route) for a prompt the engine has already tokenized (KV-event sync):
+    /// `tokens`, when given, is hashed instead of the request's text, so the hashes equal
+    /// those the engine's `BlockStored` events produce. A separate method rather than a
+    /// field of [`RouteRequest`] so that every struct-literal caller keeps compiling.
+    pub fn route_with_tokens(
+        &self,
+        strategy: Strategy,
+        request: &RouteRequest<'_>,
+        tokens: Option<&[u8]>,
         pods: &[Candidate<'_>],
         rng: &mut dyn RngCore,
         now: Millis,
@@ -120,7 +184,7 @@ impl Router {
             });
         }
         let hashes = if strategy.uses_prefix_index() {
-            self.hashes(request.text)?
+            self.request_hashes(request, tokens)?
         } else {
             Vec::new()
         };
@@ -178,6 +242,51 @@ mod tests {
 
     fn request(text: &str) -> RouteRequest<'_> {
         RouteRequest { model: "m", text }
+    }
+
+    #[test]
+    fn engine_tokens_replace_the_text_tokenizer() {
+        let router = Router::new(RouterConfig {
+            block_size: 8,
+            ..RouterConfig::default()
+        })
+        .unwrap();
+        let bytes = crate::kv_sync::token_bytes(&[1, 2, 3, 4]);
+        let request = RouteRequest {
+            model: "m",
+            text: "some other text entirely",
+        };
+        assert_eq!(
+            router.request_hashes(&request, Some(&bytes)).unwrap(),
+            block_hashes(&bytes, 8, 0)
+        );
+        assert_ne!(
+            router.request_hashes(&request, Some(&bytes)).unwrap(),
+            router.request_hashes(&request, None).unwrap()
+        );
+        let (a, b) = (PodLoad::new(), PodLoad::new());
+        let pods = [
+            Candidate {
+                name: "a",
+                load: &a,
+            },
+            Candidate {
+                name: "b",
+                load: &b,
+            },
+        ];
+        let mut rng = StdRng::seed_from_u64(0);
+        let routed = router
+            .route_with_tokens(
+                Strategy::PrefixCache,
+                &request,
+                Some(&bytes),
+                &pods,
+                &mut rng,
+                0,
+            )
+            .unwrap();
+        assert_eq!(routed.decision.prefix_hashes, block_hashes(&bytes, 8, 0));
     }
 
     #[test]

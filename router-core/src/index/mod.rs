@@ -11,6 +11,8 @@
 //!   TTL ago. The index never reads a clock; the caller sweeps periodically
 //!   (`eviction_interval_secs`). Lookups do not check the TTL, as in AIBrix, so an unswept
 //!   block still matches.
+//! - **Remove** (KV-event sync only; AIBrix's local indexer has none) forgets one pod of one
+//!   model for one block, when that pod's engine reports the block evicted.
 //! - **Match** walks the request's hashes from the first block. Every candidate pod keeps its
 //!   longest leading run of held blocks; `pct = floor((i+1)·100 / n)` with `n` the number of
 //!   full blocks. A pod that stops matching keeps its earlier value and drops out; the walk
@@ -194,6 +196,14 @@ impl PrefixIndex {
                 shard.add(hash, pair, now);
             }
         }
+    }
+
+    /// Forgets that `pod` holds block `hash` for `model` (the engine evicted it; KV-event
+    /// sync). Other pods and models keep the block; a block left with no pod is dropped.
+    /// Returns whether the pod held it.
+    pub fn remove(&self, model: &str, hash: u64, pod: &str) -> bool {
+        self.shard(hash)
+            .remove(hash, (name_key(model), name_key(pod)))
     }
 
     /// Removes blocks not added to for longer than the TTL; returns how many.

@@ -56,6 +56,25 @@ impl BlockPods {
         }
     }
 
+    /// Forgets `pair`; returns whether it was held and whether the block is now held by
+    /// no one (the caller then drops the whole block).
+    fn remove(&mut self, pair: &(ModelKey, PodKey)) -> (bool, bool) {
+        if self.first == *pair {
+            match self.more.pop() {
+                Some(next) => {
+                    self.first = next;
+                    (true, false)
+                }
+                None => (true, true),
+            }
+        } else if let Some(at) = self.more.iter().position(|p| p == pair) {
+            self.more.swap_remove(at);
+            (true, false)
+        } else {
+            (false, false)
+        }
+    }
+
     #[cfg(test)]
     fn to_vec(&self) -> Vec<(ModelKey, PodKey)> {
         std::iter::once(self.first)
@@ -150,6 +169,23 @@ impl Shard {
         self.map.insert(hash, slot);
         self.push_head(slot);
         evicted
+    }
+
+    /// Forgets that `pair` holds block `hash` (an engine evicted it). The block keeps its LRU
+    /// position and stamp for the pairs that remain; when none remains it is dropped whole and
+    /// its slot freed, exactly as the sweep frees one. Returns whether the pair was held.
+    pub(super) fn remove(&mut self, hash: u64, pair: (ModelKey, PodKey)) -> bool {
+        let Some(&slot) = self.map.get(&hash) else {
+            return false;
+        };
+        let (held, empty) = self.slots[slot as usize].pods.remove(&pair);
+        if empty {
+            self.unlink(slot);
+            self.map.remove(&hash);
+            self.slots[slot as usize].pods.more = Vec::new();
+            self.free.push(slot);
+        }
+        held
     }
 
     /// Removes blocks whose last add is more than `ttl` before `now` (strictly); returns how
@@ -309,6 +345,29 @@ mod tests {
         shard.add(3, (0, 1), 105);
         assert_eq!(shard.slots.len(), 2, "the freed slot is reused");
         assert_eq!(shard.oldest_first(), [2, 3]);
+    }
+
+    #[test]
+    fn remove_takes_one_pair_and_frees_an_empty_block() {
+        let mut shard = Shard::new(3);
+        shard.add(1, (0, 1), 0);
+        shard.add(1, (0, 2), 1);
+        shard.add(2, (0, 1), 2);
+        assert!(!shard.remove(1, (0, 3)), "a pair never added");
+        assert!(!shard.remove(9, (0, 1)), "a block never added");
+        assert!(shard.remove(1, (0, 1)));
+        assert_eq!(shard.pods(1).map(BlockPods::to_vec), Some(vec![(0, 2)]));
+        assert_eq!(shard.oldest_first(), [1, 2], "order kept for the rest");
+        assert!(shard.remove(1, (0, 2)));
+        assert!(shard.pods(1).is_none());
+        assert_eq!(shard.oldest_first(), [2]);
+        assert_eq!(shard.len(), 1);
+        // The freed slot is reused before the slab grows, and capacity still holds.
+        shard.add(3, (0, 1), 3);
+        shard.add(4, (0, 1), 4);
+        assert_eq!(shard.slots.len(), 3);
+        assert!(shard.add(5, (0, 1), 5), "full again: the oldest goes");
+        assert_eq!(shard.oldest_first(), [3, 4, 5]);
     }
 
     #[test]

@@ -251,3 +251,22 @@ fn debug_output_is_a_summary() {
     assert!(printed.contains("capacity: 100"), "{printed}");
     assert!(printed.len() < 120, "{printed}");
 }
+
+#[test]
+fn remove_forgets_one_pod_of_one_model() {
+    // Sharded (2 048 blocks → 2 shards), so the removal finds the block's own shard.
+    let index = PrefixIndex::new(2_048, 60_000);
+    let hashes = block_hashes(b"abcdefghijklmnop", 4, 0);
+    index.add(MODEL, &hashes, "a", 0);
+    index.add(MODEL, &hashes, "b", 0);
+    index.add("m2", &hashes, "a", 0);
+    assert!(index.remove(MODEL, hashes[1], "a"));
+    assert!(!index.remove(MODEL, hashes[1], "a"), "already gone");
+    assert_eq!(percents(&index, &hashes, &["a", "b"]), [25, 100]);
+    assert_eq!(index.match_names("m2", &hashes, &["a"]), [100]);
+    assert_eq!(index.len(), 4, "blocks other pods hold stay");
+    for (model, pod) in [(MODEL, "a"), (MODEL, "b"), ("m2", "a")] {
+        assert!(index.remove(model, hashes[3], pod));
+    }
+    assert_eq!(index.len(), 3, "a block nobody holds is dropped");
+}

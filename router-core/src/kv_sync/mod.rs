@@ -1,0 +1,30 @@
+//! KV-event sync: the prefix index learns what the engines really cache.
+//!
+//! Without it the index knows a pod's blocks only from the gateway's own routing, so blocks
+//! an engine got another way (warm priming, another gateway, a restart) never match, and
+//! blocks it evicted still do. With it, each engine's vLLM KV-cache events (`BlockStored`,
+//! `BlockRemoved`, `AllBlocksCleared`) are turned into the router's own block hashes and
+//! added to or removed from the same [`crate::index::PrefixIndex`] the policies read
+//! (AIBrix's `using_kv_sync="true"` mode, with its bugs fixed: see [`pod_sync`]).
+//!
+//! - [`wire`]: the msgpack payload of one ZMQ message → [`KvEvent`]s (no sockets here);
+//! - [`pod_sync`]: one pod's engine-block → router-block map, applied to the index.
+//!
+//! The request side must hash the same bytes the events carry: token ids as 4-byte
+//! big-endian, so the gateway tokenizes with the engine (`/tokenize`) and passes the ids in
+//! [`crate::RouteRequest::tokens`]. The socket, replay and reconnect logic is the gateway's.
+
+pub mod pod_sync;
+pub mod wire;
+
+pub use pod_sync::{Applied, DEFAULT_MAX_ENGINE_BLOCKS, PodSync, SyncError, SyncSettings};
+pub use wire::{EventBatch, KvEvent, WireError, decode_batch};
+
+/// Token ids as the byte stream the router hashes (4 bytes big-endian each, AIBrix's
+/// remote-tokenizer layout).
+pub fn token_bytes(ids: &[u32]) -> Vec<u8> {
+    ids.iter().flat_map(|id| id.to_be_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,305 @@
+//! One pod's KV-event sync state: which engine blocks it caches, and which router blocks
+//! (the prefix index's hashes) those make up.
+//!
+//! The engine names blocks by its own hashes (sha256 in vLLM, opaque here) of `block_size`
+//! tokens. The router hashes the request's token ids as 4-byte big-endian bytes in blocks of
+//! `block_size` **bytes** with the chained XXH64 of [`crate::hash`]. A router block therefore
+//! covers `m = router_bytes / (4 · engine_tokens)` engine blocks, and the two only line up
+//! when that is a whole number (else the event is refused with [`SyncError::Misaligned`]).
+//!
+//! Every engine block is kept with the router chain up to it: the hash of the last complete
+//! router block before or at it, and the bytes since (less than one router block). A
+//! `BlockStored` continues the chain from its parent's entry, block by block **within the
+//! event** (AIBrix v0.7.0 chains every block of an event to the event's parent, so only the
+//! first block of a multi-block event ever matched); when a router block completes, it is
+//! added to the index for this pod, and the `m` engine blocks that make it up remember it.
+//! `BlockRemoved` removes the router block an evicted engine block belonged to from the index
+//! for **this pod only** (AIBrix drops the prefix for every pod). `AllBlocksCleared` removes
+//! every router block this pod's events added (AIBrix ignores it).
+//!
+//! The state is per pod and single-owner (the gateway's subscriber task for that pod holds
+//! it); the index it writes to is shared and locks per shard.
+
+use std::collections::HashMap;
+
+use xxhash_rust::xxh64::xxh64;
+
+use crate::Millis;
+use crate::index::PrefixIndex;
+use crate::kv_sync::wire::KvEvent;
+
+/// Engine blocks remembered per pod, by default. vLLM pools hold tens of thousands of
+/// blocks; the bound only stops a pod whose `BlockRemoved` events are lost from growing the
+/// map forever.
+pub const DEFAULT_MAX_ENGINE_BLOCKS: usize = 1 << 20;
+
+/// How router blocks are made: the router's block size (bytes) and seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncSettings {
+    pub router_block_bytes: usize,
+    pub seed: u64,
+    pub max_engine_blocks: usize,
+}
+
+/// Why an event was not applied (each has a counter label, [`SyncError::kind`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SyncError {
+    #[error(
+        "engine block of {engine_tokens} tokens ({} bytes) does not divide the router block of {router_bytes} bytes: set the router block_size to a multiple of 4 × the engine's block size",
+        4 * engine_tokens
+    )]
+    Misaligned {
+        engine_tokens: usize,
+        router_bytes: usize,
+    },
+    #[error("BlockStored's parent block {0:#x} is unknown (its event was missed)")]
+    UnknownParent(u64),
+    #[error("BlockStored has {tokens} token ids for {blocks} blocks of {block_size}")]
+    TokenCount {
+        tokens: usize,
+        blocks: usize,
+        block_size: usize,
+    },
+    #[error("the pod already maps {0} engine blocks; the rest of the event is dropped")]
+    Full(usize),
+}
+
+impl SyncError {
+    /// The `error_type` label of the error counter.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SyncError::Misaligned { .. } => "misaligned_block_size",
+            SyncError::UnknownParent(_) => "unknown_parent",
+            SyncError::TokenCount { .. } => "token_count",
+            SyncError::Full(_) => "pod_map_full",
+        }
+    }
+}
+
+/// What an applied event changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Router blocks added (or refreshed) in the index for this pod.
+    pub added: usize,
+    /// Router blocks removed from the index for this pod.
+    pub removed: usize,
+}
+
+#[derive(Debug, Clone)]
+struct EngineBlock {
+    /// The engine block before this one (`None` for a prompt's first).
+    parent: Option<u64>,
+    /// The router hash of the last complete router block up to and including this block,
+    /// or the seed when none is complete yet.
+    chain: u64,
+    /// Token bytes after that router block (shorter than a router block).
+    pending: Box<[u8]>,
+    /// The router block this engine block is part of, once complete.
+    router: Option<u64>,
+}
+
+/// One pod's engine-block → router-block map, and the models it indexes blocks under.
+#[derive(Debug, Default)]
+pub struct PodSync {
+    blocks: HashMap<u64, EngineBlock>,
+    /// Every model this pod's events were indexed under, so a removal finds them all.
+    models: Vec<String>,
+}
+
+impl PodSync {
+    pub fn new() -> Self {
+        PodSync::default()
+    }
+
+    /// Engine blocks remembered.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// Applies one event for `pod`, which serves `models`, at `now`.
+    pub fn apply(
+        &mut self,
+        event: &KvEvent,
+        pod: &str,
+        models: &[String],
+        index: &PrefixIndex,
+        settings: &SyncSettings,
+        now: Millis,
+    ) -> Result<Applied, SyncError> {
+        for model in models {
+            if !self.models.contains(model) {
+                self.models.push(model.clone());
+            }
+        }
+        match event {
+            KvEvent::BlockStored {
+                block_hashes,
+                parent,
+                token_ids,
+                block_size,
+            } => self.stored(
+                block_hashes,
+                *parent,
+                token_ids,
+                *block_size,
+                pod,
+                models,
+                index,
+                settings,
+                now,
+            ),
+            KvEvent::BlockRemoved { block_hashes } => Ok(Applied {
+                added: 0,
+                removed: self.removed(block_hashes, pod, index),
+            }),
+            KvEvent::AllBlocksCleared => Ok(Applied {
+                added: 0,
+                removed: self.clear(pod, index),
+            }),
+        }
+    }
+
+    /// Drops every router block this pod's events added, and the whole map (the engine
+    /// cleared its cache, or the pod left). Returns how many index entries went.
+    pub fn clear(&mut self, pod: &str, index: &PrefixIndex) -> usize {
+        let mut removed = 0;
+        let mut routers: Vec<u64> = self.blocks.values().filter_map(|b| b.router).collect();
+        routers.sort_unstable();
+        routers.dedup();
+        for hash in routers {
+            for model in &self.models {
+                removed += usize::from(index.remove(model, hash, pod));
+            }
+        }
+        self.blocks.clear();
+        removed
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the event's four fields plus where it goes; a struct would only rename them"
+    )]
+    fn stored(
+        &mut self,
+        hashes: &[u64],
+        parent: Option<u64>,
+        token_ids: &[u32],
+        engine_tokens: usize,
+        pod: &str,
+        models: &[String],
+        index: &PrefixIndex,
+        settings: &SyncSettings,
+        now: Millis,
+    ) -> Result<Applied, SyncError> {
+        let router_bytes = settings.router_block_bytes;
+        let engine_bytes = engine_tokens.saturating_mul(4);
+        if engine_bytes == 0 || router_bytes == 0 || router_bytes % engine_bytes != 0 {
+            return Err(SyncError::Misaligned {
+                engine_tokens,
+                router_bytes,
+            });
+        }
+        if Some(token_ids.len()) != hashes.len().checked_mul(engine_tokens) {
+            return Err(SyncError::TokenCount {
+                tokens: token_ids.len(),
+                blocks: hashes.len(),
+                block_size: engine_tokens,
+            });
+        }
+        let per_router = router_bytes / engine_bytes;
+        let (mut chain, mut pending) = match parent {
+            None => (settings.seed, Vec::with_capacity(router_bytes)),
+            Some(p) => {
+                let entry = self.blocks.get(&p).ok_or(SyncError::UnknownParent(p))?;
+                (entry.chain, entry.pending.to_vec())
+            }
+        };
+        let mut routers = Vec::new();
+        let mut previous = parent;
+        let mut input = Vec::with_capacity(8 + router_bytes);
+        for (&hash, tokens) in hashes.iter().zip(token_ids.chunks_exact(engine_tokens)) {
+            if let Some(known) = self.blocks.get(&hash) {
+                // Stored again (recomputed after a partial eviction): same prefix, same
+                // chain; refresh its router block.
+                chain = known.chain;
+                pending = known.pending.to_vec();
+                if known.pending.is_empty() {
+                    // It completes its router block (counted once, not once per member).
+                    routers.extend(known.router);
+                }
+                previous = Some(hash);
+                continue;
+            }
+            if self.blocks.len() >= settings.max_engine_blocks {
+                index_add(index, models, &routers, pod, now);
+                return Err(SyncError::Full(self.blocks.len()));
+            }
+            pending.extend(tokens.iter().flat_map(|t| t.to_be_bytes()));
+            let mut router = None;
+            if pending.len() == router_bytes {
+                input.clear();
+                input.extend_from_slice(&chain.to_le_bytes());
+                input.extend_from_slice(&pending);
+                chain = xxh64(&input, settings.seed);
+                pending.clear();
+                router = Some(chain);
+                routers.push(chain);
+            }
+            self.blocks.insert(
+                hash,
+                EngineBlock {
+                    parent: previous,
+                    chain,
+                    pending: pending.clone().into_boxed_slice(),
+                    router,
+                },
+            );
+            if router.is_some() {
+                // The engine blocks before this one in the same router block learn it, so
+                // evicting any of them removes it.
+                let mut at = previous;
+                for _ in 1..per_router {
+                    let Some(block) = at.and_then(|h| self.blocks.get_mut(&h)) else {
+                        break;
+                    };
+                    block.router = router;
+                    at = block.parent;
+                }
+            }
+            previous = Some(hash);
+        }
+        index_add(index, models, &routers, pod, now);
+        Ok(Applied {
+            added: routers.len(),
+            removed: 0,
+        })
+    }
+
+    fn removed(&mut self, hashes: &[u64], pod: &str, index: &PrefixIndex) -> usize {
+        let mut removed = 0;
+        for hash in hashes {
+            let Some(block) = self.blocks.remove(hash) else {
+                continue;
+            };
+            if let Some(router) = block.router {
+                for model in &self.models {
+                    removed += usize::from(index.remove(model, router, pod));
+                }
+            }
+        }
+        removed
+    }
+}
+
+fn index_add(index: &PrefixIndex, models: &[String], routers: &[u64], pod: &str, now: Millis) {
+    if routers.is_empty() {
+        return;
+    }
+    for model in models {
+        index.add(model, routers, pod, now);
+    }
+}
