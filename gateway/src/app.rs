@@ -32,6 +32,9 @@ pub struct RequestSettings {
     pub max_retries: u32,
     /// Consecutive refused connections before a replica is ejected (passive health).
     pub eject_after_failures: u32,
+    /// With KV-event sync on, how long a request waits for the engine's `/tokenize`;
+    /// `None` when sync is off (prompts are tokenized by the router's own tokenizer).
+    pub engine_tokenize_timeout: Option<Duration>,
 }
 
 /// Milliseconds since the gateway started, on tokio's clock (pausable in tests); the
@@ -89,6 +92,7 @@ impl AppState {
                 idle_timeout: Duration::from_secs(1),
                 max_retries: 0,
                 eject_after_failures: 3,
+                engine_tokenize_timeout: None,
             },
             clock: Clock::new(),
         }

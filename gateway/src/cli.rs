@@ -25,6 +25,7 @@ AIBrix environment variables (the [routing] table):
   AIBRIX_PREFIX_CACHE_HASH_SEED
   AIBRIX_PREFIX_CACHE_POD_RUNNING_REQUEST_IMBALANCE_ABS_COUNT
   AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR
+  AIBRIX_PREFIX_CACHE_KV_EVENT_SYNC_ENABLED   true | false (the [kv_sync] table, --kv-sync)
 
 prefix-load weights (the [routing.prefix_load] table):
   PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT
@@ -132,6 +133,12 @@ pub struct Cli {
     /// Do not scrape replicas' /metrics into the load view.
     #[arg(long)]
     pub no_engine_scrape: bool,
+    /// KV-event sync: subscribe to every replica's vLLM KV-cache events (ports from
+    /// [kv_sync], default 5557 and replay 5558; embedded mock engines publish on free
+    /// loopback ports) and tokenize prompts with the engine's /tokenize
+    /// (also AIBRIX_PREFIX_CACHE_KV_EVENT_SYNC_ENABLED=true).
+    #[arg(long)]
+    pub kv_sync: bool,
     /// Accepted API key for `authorization: Bearer KEY` (repeatable, or comma-separated in
     /// PREFIXGATE_API_KEYS; replaces the file's list). Without keys, no authentication.
     #[arg(
@@ -247,7 +254,8 @@ impl Cli {
             Some(path) => GatewayConfig::from_file(path)?,
             None => GatewayConfig::default(),
         };
-        config.routing.apply_env(env)?;
+        config.kv_sync.apply_env(&env)?;
+        config.routing.apply_env(&env)?;
         self.apply_flags(&mut config);
         config.validate()?;
         Ok(config)
@@ -310,6 +318,9 @@ impl Cli {
         );
         if self.no_engine_scrape {
             config.engine_scrape.enabled = false;
+        }
+        if self.kv_sync {
+            config.kv_sync.enabled = true;
         }
         if !self.api_keys.is_empty() {
             config.admission.api_keys = self.api_keys.clone();

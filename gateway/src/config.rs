@@ -14,6 +14,7 @@ use router_core::{RouterConfig, Strategy};
 use serde::Deserialize;
 
 use crate::admit::{Admission, AdmissionConfig};
+pub use crate::kv_sync::KvSyncConfig;
 pub use crate::replicas::discovery::{DiscoveryConfig, DiscoveryKind};
 pub use crate::tls::TlsConfig;
 use crate::tls::TlsError;
@@ -71,6 +72,8 @@ pub struct GatewayConfig {
     pub discovery: DiscoveryConfig,
     /// Prefix index and policy settings (router-core's `RouterConfig`).
     pub routing: RouterConfig,
+    /// KV-event sync: the engines' cache events feed the prefix index.
+    pub kv_sync: KvSyncConfig,
 }
 
 impl Default for GatewayConfig {
@@ -90,6 +93,7 @@ impl Default for GatewayConfig {
             backends: Vec::new(),
             discovery: DiscoveryConfig::default(),
             routing: RouterConfig::default(),
+            kv_sync: KvSyncConfig::default(),
         }
     }
 }
@@ -244,6 +248,7 @@ impl GatewayConfig {
         self.default_strategy()?;
         self.routing.validate()?;
         self.tls.validate()?;
+        self.kv_sync.validate(self.routing.block_size)?;
         let positive = [
             ("max_body_bytes", self.max_body_bytes as u64),
             (

@@ -18,6 +18,7 @@ use router_core::text::Endpoint;
 use crate::app::AppState;
 use crate::error::GatewayError;
 use crate::headers;
+use crate::kv_sync::engine_tokens;
 use crate::parse;
 use crate::pick;
 use crate::proxy::{self, Forwarded};
@@ -66,7 +67,31 @@ async fn serve(
         state
             .admission
             .charge_tokens(&parts.headers, endpoint, &bytes, &fields, &state.metrics)?;
-    let forwarded = proxy::forward(state, strategy, &fields, &parts, bytes, request_id).await;
+    let engine_tokens = match state.settings.engine_tokenize_timeout {
+        Some(timeout) if strategy.uses_prefix_index() => {
+            let tokens =
+                engine_tokens::engine_tokens(state, endpoint, &fields.model, &bytes, timeout).await;
+            if tokens.is_none() {
+                // Routed on the text tokenizer instead: its hashes will not meet the
+                // engine-fed ones, so the decision may miss a cached prefix.
+                state
+                    .metrics
+                    .count_routing_error(&fields.model, "tokenize_failed");
+            }
+            tokens
+        }
+        _ => None,
+    };
+    let forwarded = proxy::forward(
+        state,
+        strategy,
+        &fields,
+        engine_tokens.as_deref(),
+        &parts,
+        bytes,
+        request_id,
+    )
+    .await;
     let Forwarded {
         response,
         picked,

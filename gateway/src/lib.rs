@@ -7,7 +7,7 @@
 //! [`release`] body that holds the pod's outstanding guard, the admission permit and the
 //! token charge;
 //! [`inference`] ties the steps together, [`headers`] and [`error`] shape what the client
-//! sees, [`metrics`] records it. Around the path: [`replicas`] (static, embedded, health,
+//! sees, [`metrics`] records it. [`kv_sync`] feeds engines' KV-cache events to the index. Around the path: [`replicas`] (static, embedded, health,
 //! engine scrape), [`config`] and [`cli`], [`app`] (the routers as functions of their
 //! state), [`listener`] (the accept loop: HTTP/1.1 and HTTP/2, with [`tls`] when
 //! configured), [`server`] (listeners, background tasks and graceful shutdown, behind
@@ -20,6 +20,7 @@ pub mod config;
 pub mod error;
 pub mod headers;
 pub mod inference;
+pub mod kv_sync;
 pub mod listener;
 pub mod metrics;
 pub mod parse;

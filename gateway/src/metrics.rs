@@ -19,10 +19,8 @@ use prometheus::{
 };
 use router_core::Decision;
 
+use crate::kv_sync::KvSyncMetrics;
 use crate::replicas::Replica;
-
-/// AIBrix's `using_kv_sync` label: prefixgate has no KV-event sync yet.
-const USING_KV_SYNC: &str = "false";
 
 /// Every metric the gateway exports (cheap to clone: one shared `Arc`).
 #[derive(Debug, Clone)]
@@ -34,6 +32,10 @@ pub struct Metrics {
 #[derive(Debug)]
 struct Families {
     registry: Registry,
+    /// AIBrix's `using_kv_sync` label: `"true"` when KV-event sync is on.
+    using_kv_sync: &'static str,
+    /// The `aibrix_kvcache_zmq_*` families, registered only with KV-event sync on.
+    kv_sync: Option<KvSyncMetrics>,
     decisions: CounterVec,
     selections: CounterVec,
     routing_errors: CounterVec,
@@ -61,7 +63,14 @@ const LATENCY_BUCKETS: [f64; 16] = [
 ];
 
 impl Metrics {
+    /// The metrics of a gateway without KV-event sync.
     pub fn new() -> Result<Self, MetricsError> {
+        Metrics::with_kv_sync(false)
+    }
+
+    /// The metrics of a gateway with KV-event sync on or off: the `using_kv_sync` label, the
+    /// indexer status, and the `aibrix_kvcache_zmq_*` families follow it.
+    pub fn with_kv_sync(kv_sync: bool) -> Result<Self, MetricsError> {
         let registry = Registry::new();
         let decisions = CounterVec::new(
             Opts::new(
@@ -187,9 +196,20 @@ impl Metrics {
         registry.register(Box::new(ejections.clone()))?;
         registry.register(Box::new(readmissions.clone()))?;
         // AIBrix v0.7.0 sets this once at construction with an empty model label.
-        indexer_status.with_label_values(&["", "local"]).set(1.0);
-        indexer_status.with_label_values(&["", "sync"]).set(0.0);
+        indexer_status
+            .with_label_values(&["", "local"])
+            .set(if kv_sync { 0.0 } else { 1.0 });
+        indexer_status
+            .with_label_values(&["", "sync"])
+            .set(if kv_sync { 1.0 } else { 0.0 });
+        let kv_sync_metrics = if kv_sync {
+            Some(KvSyncMetrics::register(&registry)?)
+        } else {
+            None
+        };
         let families = Families {
+            using_kv_sync: if kv_sync { "true" } else { "false" },
+            kv_sync: kv_sync_metrics,
             registry,
             decisions,
             selections,
@@ -228,32 +248,47 @@ impl Metrics {
         if decision.imbalance {
             self.families
                 .load_imbalance
-                .with_label_values(&[model, USING_KV_SYNC])
+                .with_label_values(&[model, self.families.using_kv_sync])
                 .inc();
         }
         self.families
             .decisions
-            .with_label_values(&[model, bucket.as_str(), USING_KV_SYNC])
+            .with_label_values(&[model, bucket.as_str(), self.families.using_kv_sync])
             .inc();
         self.families
             .selections
-            .with_label_values(&[model, selection.as_str(), USING_KV_SYNC])
+            .with_label_values(&[model, selection.as_str(), self.families.using_kv_sync])
             .inc();
         self.families
             .routing_latency
-            .with_label_values(&[model, USING_KV_SYNC])
+            .with_label_values(&[model, self.families.using_kv_sync])
             .observe(latency.as_secs_f64());
+    }
+
+    /// The `aibrix_kvcache_zmq_*` families, when KV-event sync is on.
+    pub fn kv_sync(&self) -> Option<&KvSyncMetrics> {
+        self.families.kv_sync.as_ref()
+    }
+
+    /// Counts a prefix-cache routing error that did not stop the route (the engine's
+    /// `/tokenize` failed and the text tokenizer was used instead); no latency is observed,
+    /// the decision that follows observes it.
+    pub fn count_routing_error(&self, model: &str, reason: &str) {
+        self.families
+            .routing_errors
+            .with_label_values(&[model, reason, self.families.using_kv_sync])
+            .inc();
     }
 
     /// Records a failed prefix-cache route (AIBrix observes latency on errors too).
     pub fn record_routing_error(&self, model: &str, reason: &str, latency: Duration) {
         self.families
             .routing_errors
-            .with_label_values(&[model, reason, USING_KV_SYNC])
+            .with_label_values(&[model, reason, self.families.using_kv_sync])
             .inc();
         self.families
             .routing_latency
-            .with_label_values(&[model, USING_KV_SYNC])
+            .with_label_values(&[model, self.families.using_kv_sync])
             .observe(latency.as_secs_f64());
     }
 
@@ -379,6 +414,36 @@ mod tests {
             .filter(|l| l.starts_with("aibrix_prefix_cache_routing_latency_seconds_bucket"))
             .count();
         assert_eq!(buckets, 16, "15 finite buckets and +Inf");
+    }
+
+    #[test]
+    fn kv_sync_sets_the_label_the_indexer_and_the_zmq_families() {
+        let metrics = Metrics::with_kv_sync(true).unwrap();
+        let d = decision(Some(Selection::PrefixMatch), Some(80), false);
+        metrics.record_decision("m", &d, Duration::from_micros(15));
+        metrics.count_routing_error("m", "tokenize_failed");
+        let zmq = metrics.kv_sync().unwrap();
+        zmq.events_processed
+            .with_label_values(&["pod-a", "BlockStored"])
+            .inc();
+        let text = metrics.render(&[]);
+        for line in [
+            r#"aibrix_prefix_cache_routing_decisions_total{match_percent_bucket="76-100",model="m",using_kv_sync="true"} 1"#,
+            r#"aibrix_prefix_cache_routing_errors_total{model="m",reason="tokenize_failed",using_kv_sync="true"} 1"#,
+            r#"aibrix_prefix_cache_routing_latency_seconds_count{model="m",using_kv_sync="true"} 1"#,
+            r#"aibrix_prefix_cache_indexer_status{indexer_type="local",model=""} 0"#,
+            r#"aibrix_prefix_cache_indexer_status{indexer_type="sync",model=""} 1"#,
+            r#"aibrix_kvcache_zmq_events_processed_total{event_type="BlockStored",pod_key="pod-a"} 1"#,
+        ] {
+            assert!(text.contains(line), "missing {line}\n{text}");
+        }
+        assert!(Metrics::new().unwrap().kv_sync().is_none());
+        assert!(
+            !Metrics::new()
+                .unwrap()
+                .render(&[])
+                .contains("aibrix_kvcache_zmq")
+        );
     }
 
     #[test]

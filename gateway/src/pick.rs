@@ -52,11 +52,13 @@ pub fn strategy(
 }
 
 /// Chooses a ready replica for `fields.model`, skipping the replicas named in `exclude`
-/// (those already tried for this request).
+/// (those already tried for this request). `tokens`, with KV-event sync, is the prompt as
+/// the engine tokenized it (4-byte big-endian ids), hashed instead of the text.
 pub fn pick(
     state: &AppState,
     strategy: Strategy,
     fields: &RoutingFields,
+    tokens: Option<&[u8]>,
     exclude: &[Arc<Replica>],
 ) -> Result<Picked, GatewayError> {
     let snapshot = state.replicas.snapshot();
@@ -84,9 +86,10 @@ pub fn pick(
         text: &fields.text,
     };
     let started = Instant::now();
-    let routed = state.router.route(
+    let routed = state.router.route_with_tokens(
         strategy,
         &request,
+        tokens,
         &candidates,
         &mut rand::rng(),
         state.clock.now_ms(),
@@ -151,7 +154,7 @@ mod tests {
         let state = state(vec![other, down, a.clone(), b.clone()]);
         let mut held = Vec::new();
         for _ in 0..6 {
-            let picked = pick(&state, Strategy::LeastRequest, &fields("m"), &[]).unwrap();
+            let picked = pick(&state, Strategy::LeastRequest, &fields("m"), None, &[]).unwrap();
             // The replica handed back is the one the decision names and counts against.
             assert_eq!(picked.replica.name(), picked.decision.pod_name);
             assert!(["a", "b"].contains(&picked.replica.name()));
@@ -162,16 +165,17 @@ mod tests {
             &state,
             Strategy::Random,
             &fields("m"),
+            None,
             std::slice::from_ref(&a),
         )
         .unwrap();
         assert_eq!(only_b.replica.name(), "b");
-        let error = pick(&state, Strategy::Random, &fields("m"), &[a, b]).unwrap_err();
+        let error = pick(&state, Strategy::Random, &fields("m"), None, &[a, b]).unwrap_err();
         assert!(
             matches!(error, GatewayError::NoReadyReplica(_)),
             "{error:?}"
         );
-        let error = pick(&state, Strategy::Random, &fields("y"), &[]).unwrap_err();
+        let error = pick(&state, Strategy::Random, &fields("y"), None, &[]).unwrap_err();
         assert!(matches!(error, GatewayError::UnknownModel(_)), "{error:?}");
     }
 

@@ -64,6 +64,7 @@ pub async fn forward(
     state: &AppState,
     strategy: Strategy,
     fields: &RoutingFields,
+    tokens: Option<&[u8]>,
     parts: &Parts,
     body: Bytes,
     request_id: &HeaderValue,
@@ -75,7 +76,7 @@ pub async fn forward(
     // answer through says more than a gateway error would.
     let mut refused: Option<Forwarded> = None;
     for attempt in 1..=max_attempts {
-        let picked = match pick(state, strategy, fields, &tried) {
+        let picked = match pick(state, strategy, fields, tokens, &tried) {
             Ok(picked) => picked,
             // Every replica was tried: the failure is theirs, not a lack of replicas.
             Err(GatewayError::NoReadyReplica(_)) if !tried.is_empty() => break,

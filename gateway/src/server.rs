@@ -88,10 +88,10 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     let tls = config.tls.acceptor()?;
     let default_strategy = config.default_strategy()?;
     let router = router_core::Router::new(config.routing.clone())?;
-    let metrics = Metrics::new()?;
+    let metrics = Metrics::with_kv_sync(config.kv_sync.enabled)?;
     let admission = Admission::new(config.admission.clone()).map_err(StartError::Admission)?;
 
-    let (mut replicas, embedded) = embedded::spawn(&config.embedded)
+    let (mut replicas, embedded) = embedded::spawn(&config.embedded, config.kv_sync.enabled)
         .await
         .map_err(StartError::Embedded)?;
     replicas.extend(static_::replicas(&config.backends).map_err(StartError::Backend)?);
@@ -143,6 +143,10 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
             idle_timeout: config.idle_timeout(),
             max_retries: config.upstream.max_retries,
             eject_after_failures: config.health.eject_after_failures,
+            engine_tokenize_timeout: config
+                .kv_sync
+                .enabled
+                .then(|| config.kv_sync.tokenize_timeout()),
         },
         clock: Clock::new(),
     });
@@ -189,6 +193,13 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
         Arc::clone(&state),
         Duration::from_secs(config.routing.eviction_interval_secs.max(1)),
     ));
+    if let Some(kv_metrics) = metrics.kv_sync() {
+        background.push(crate::kv_sync::spawn(
+            Arc::clone(&state),
+            config.kv_sync.clone(),
+            kv_metrics.clone(),
+        ));
+    }
     if state.admission.has_token_rates() {
         background.push(spawn_token_bucket_sweep(Arc::clone(&state)));
     }

@@ -8,10 +8,12 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use mock_engine::kv_events::KvEventsConfig;
 use mock_engine::model::EngineProfile;
-use mock_engine::server::{FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica};
+use mock_engine::server::{FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica_with_events};
 
 use crate::config::EmbeddedConfig;
+use crate::kv_sync::EventEndpoints;
 use crate::replicas::Replica;
 
 /// Running embedded replicas; shut down with the gateway.
@@ -29,9 +31,15 @@ impl EmbeddedReplicas {
     }
 }
 
-/// Starts the configured mock engines; the replicas to route to and their handles.
+/// The mock engines' events with KV-event sync on: PUB and replay bound on free loopback
+/// ports, which each replica then reports for the gateway to dial.
+const LOOPBACK_EVENTS: &str = r#"{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:0","replay_endpoint":"tcp://127.0.0.1:0"}"#;
+
+/// Starts the configured mock engines (publishing KV-cache events when `kv_events`); the
+/// replicas to route to and their handles.
 pub async fn spawn(
     config: &EmbeddedConfig,
+    kv_events: bool,
 ) -> Result<(Vec<Arc<Replica>>, EmbeddedReplicas), String> {
     let mut running = EmbeddedReplicas::default();
     if config.mock_engines == 0 {
@@ -39,6 +47,11 @@ pub async fn spawn(
     }
     let profile = EngineProfile::load(&config.engine_profile)
         .map_err(|e| format!("engine_profile {:?}: {e}", config.engine_profile))?;
+    let events = if kv_events {
+        KvEventsConfig::parse(LOOPBACK_EVENTS).map_err(|e| format!("KV events: {e}"))?
+    } else {
+        KvEventsConfig::default()
+    };
     let mut replicas = Vec::with_capacity(config.mock_engines);
     for i in 0..config.mock_engines {
         let replica_config = ReplicaConfig {
@@ -49,13 +62,27 @@ pub async fn spawn(
             time_scale: config.time_scale,
             failures: FailurePlan::default(),
         };
-        match spawn_replica(replica_config).await {
+        match spawn_replica_with_events(replica_config, events.clone()).await {
             Ok(handle) => {
-                replicas.push(Arc::new(Replica::new(
+                let mut replica = Replica::new(
                     handle.name(),
                     handle.addr().to_string(),
                     vec![config.served_model.clone()],
-                )));
+                );
+                if let Some(endpoint) = handle.kv_events_endpoint() {
+                    tracing::info!(
+                        replica = %handle.name(),
+                        url = %handle.url(),
+                        events = %endpoint,
+                        replay = ?handle.kv_events_replay_endpoint(),
+                        "embedded replica publishes KV events"
+                    );
+                    replica = replica.with_kv_events(EventEndpoints {
+                        events: endpoint.to_owned(),
+                        replay: handle.kv_events_replay_endpoint().map(str::to_owned),
+                    });
+                }
+                replicas.push(Arc::new(replica));
                 running.handles.push(handle);
             }
             Err(error) => {

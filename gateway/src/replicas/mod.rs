@@ -24,6 +24,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use arc_swap::ArcSwap;
 use router_core::PodLoad;
 
+use crate::kv_sync::EventEndpoints;
+
 /// One upstream replica.
 #[derive(Debug)]
 pub struct Replica {
@@ -36,6 +38,9 @@ pub struct Replica {
     ready: AtomicBool,
     consecutive_failures: AtomicU32,
     consecutive_successes: AtomicU32,
+    /// Where it publishes KV-cache events, when it says so itself (embedded mock engines);
+    /// otherwise KV-event sync derives them from `[kv_sync]`'s ports and the host.
+    kv_events: Option<EventEndpoints>,
 }
 
 /// What a failure or success report did to a replica's readiness.
@@ -57,7 +62,19 @@ impl Replica {
             ready: AtomicBool::new(true),
             consecutive_failures: AtomicU32::new(0),
             consecutive_successes: AtomicU32::new(0),
+            kv_events: None,
         }
+    }
+
+    /// The same replica, publishing KV-cache events at `endpoints`.
+    pub fn with_kv_events(mut self, endpoints: EventEndpoints) -> Self {
+        self.kv_events = Some(endpoints);
+        self
+    }
+
+    /// Its own KV-event endpoints, if it has them.
+    pub fn kv_events(&self) -> Option<&EventEndpoints> {
+        self.kv_events.as_ref()
     }
 
     pub fn name(&self) -> &str {

@@ -1,0 +1,124 @@
+//! KV-event sync in the gateway: every replica's vLLM KV-cache events feed the router's
+//! prefix index, and prompts are tokenized by the engine so both sides hash the same ids
+//! (AIBrix's `AIBRIX_PREFIX_CACHE_KV_EVENT_SYNC_ENABLED` mode; docs/ROUTING.md, "KV-event
+//! sync").
+//!
+//! - [`config`]: the `[kv_sync]` table, the AIBrix variable, a replica's endpoints;
+//! - [`subscriber`]: one replica's SUB + replay subscription, applying batches;
+//! - [`engine_tokens`]: the request side's `/tokenize` call;
+//! - [`metrics`]: AIBrix's `aibrix_kvcache_zmq_*` counters;
+//! - this module: [`spawn`], the supervisor that keeps one subscriber per replica in the
+//!   current set, restarts one that ended, and when a replica leaves stops its subscriber
+//!   and drops what its events put in the index.
+//!
+//! The decoding and the engine-block → router-block mapping are router-core's
+//! (`router_core::kv_sync`); this module only moves bytes and runs tasks.
+
+pub mod config;
+pub mod engine_tokens;
+pub mod metrics;
+pub mod subscriber;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use router_core::kv_sync::PodSync;
+use tokio::task::JoinHandle;
+
+pub use config::{EventEndpoints, KvSyncConfig};
+pub use metrics::KvSyncMetrics;
+
+use crate::app::AppState;
+use crate::replicas::Replica;
+
+/// How often the supervisor compares its subscribers with the replica set.
+pub const SUPERVISE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// A running subscriber and what it writes to.
+struct Running {
+    replica: Arc<Replica>,
+    sync: Arc<Mutex<PodSync>>,
+    task: JoinHandle<()>,
+}
+
+/// Starts the supervisor; it runs until aborted, and its subscribers stop with it.
+pub fn spawn(state: Arc<AppState>, config: KvSyncConfig, metrics: KvSyncMetrics) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut subscribers = Subscribers(HashMap::new());
+        let mut ticker = tokio::time::interval(SUPERVISE_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            supervise(&state, &config, &metrics, &mut subscribers.0);
+        }
+    })
+}
+
+/// The running subscribers, aborted when the supervisor's future is dropped (aborted).
+struct Subscribers(HashMap<String, Running>);
+
+impl Drop for Subscribers {
+    fn drop(&mut self) {
+        for running in self.0.values() {
+            running.task.abort();
+        }
+    }
+}
+
+/// One supervision round: start subscribers for new replicas, restart ended ones, stop
+/// and forget those whose replica left.
+fn supervise(
+    state: &Arc<AppState>,
+    config: &KvSyncConfig,
+    metrics: &KvSyncMetrics,
+    running: &mut HashMap<String, Running>,
+) {
+    let snapshot = state.replicas.snapshot();
+    running.retain(|name, sub| {
+        let present = snapshot
+            .iter()
+            .any(|r| r.name() == name && Arc::ptr_eq(r, &sub.replica));
+        if !present {
+            sub.task.abort();
+            let mut sync = sub.sync.lock().unwrap_or_else(PoisonError::into_inner);
+            let removed = sync.clear(name, state.router.index());
+            metrics.connection_status.with_label_values(&[name]).set(0);
+            tracing::info!(pod = %name, removed, "KV events: replica left; its blocks dropped");
+        }
+        present
+    });
+    for replica in snapshot.iter() {
+        if let Some(sub) = running.get(replica.name())
+            && !sub.task.is_finished()
+        {
+            continue;
+        }
+        // New, or its task ended (a panic in the socket library): start over with the same
+        // sync state, so nothing it indexed is lost or left behind.
+        let sync = running
+            .remove(replica.name())
+            .map(|sub| sub.sync)
+            .unwrap_or_default();
+        let endpoints = replica
+            .kv_events()
+            .cloned()
+            .unwrap_or_else(|| config.endpoints_for(replica.authority()));
+        let task = tokio::spawn(subscriber::run(subscriber::Subscription {
+            state: Arc::clone(state),
+            replica: Arc::clone(replica),
+            endpoints,
+            sync: Arc::clone(&sync),
+            metrics: metrics.clone(),
+            config: config.clone(),
+        }));
+        running.insert(
+            replica.name().to_owned(),
+            Running {
+                replica: Arc::clone(replica),
+                sync,
+                task,
+            },
+        );
+    }
+}
