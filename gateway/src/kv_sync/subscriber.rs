@@ -13,9 +13,11 @@
 //!    gateway was away is not lost;
 //! 3. apply live batches in order: a duplicate (seq ≤ last, from the replay overlap) is
 //!    skipped; a gap asks for a replay of the missing range and counts what it could not
-//!    fill as missed; a seq at or below where the session started means the engine
-//!    restarted (its counter and its cache start over): the pod's engine-fed blocks are
-//!    dropped and the new engine is replayed from 0;
+//!    fill as missed; a live seq at or below the previous live one, or at or below where
+//!    the session started, means the engine restarted (its counter and its cache start
+//!    over): the pod's engine-fed blocks are dropped and the new engine is replayed from 0
+//!    (a restart whose new counter has already passed the old one goes unnoticed until
+//!    its evictions do);
 //! 4. with no batch for `idle_resubscribe_ms`, the session ends and starts again at once,
 //!    because a ZeroMQ SUB never notices that its publisher went away.
 //!
@@ -142,7 +144,11 @@ impl Applier<'_> {
             .with_label_values(&[&pod])
             .set(1);
         tracing::info!(%pod, %endpoint, "KV events: subscribed");
-        let floor = self.last;
+        // Within one session a publisher numbers its batches upwards, and a session
+        // starts above every batch seen before it: a live seq at or below either bound
+        // means the publisher behind the endpoint started over.
+        let mut floor = self.last;
+        let mut previous_live: Option<u64> = None;
         self.replay_from(self.next_seq()).await;
         let idle = Duration::from_millis(self.subscription.config.idle_resubscribe_ms);
         let end = loop {
@@ -157,47 +163,18 @@ impl Applier<'_> {
             let Some((seq, payload)) = self.live_frames(message) else {
                 continue;
             };
-            if floor.is_some_and(|floor| seq <= floor) {
-                // The publisher's counter went back: a new engine with an empty cache.
-                self.log_once(
-                    "sequence_reset",
-                    &format!("seq {seq} after {floor:?}: engine restarted"),
-                );
+            let went_back = floor.is_some_and(|floor| seq <= floor)
+                || previous_live.is_some_and(|previous| seq <= previous);
+            previous_live = Some(seq);
+            if went_back {
+                // A new engine: its cache is empty and its counter starts over.
                 self.metrics().error(&pod, "sequence_reset");
+                self.log_once("sequence_reset", &format!("seq {seq}: engine restarted"));
                 self.forget_engine();
+                floor = None;
                 self.replay_from(0).await;
-                // Whatever the new engine publishes from here is above the reset point.
-                return self.continue_after_reset(socket, seq, payload, idle).await;
             }
             self.live(seq, &payload).await;
-        };
-        self.metrics()
-            .disconnections
-            .with_label_values(&[&pod])
-            .inc();
-        end
-    }
-
-    /// The rest of a session after a restart was seen, with no floor (the new engine's
-    /// sequence starts over).
-    async fn continue_after_reset(
-        &mut self,
-        mut socket: SubSocket,
-        seq: u64,
-        payload: Bytes,
-        idle: Duration,
-    ) -> SessionEnd {
-        self.live(seq, &payload).await;
-        let pod = self.pod().to_owned();
-        let end = loop {
-            let message = match tokio::time::timeout(idle, socket.recv()).await {
-                Err(_) => break SessionEnd::Idle,
-                Ok(Err(_)) => break SessionEnd::Failed("receive"),
-                Ok(Ok(message)) => message,
-            };
-            if let Some((seq, payload)) = self.live_frames(message) {
-                self.live(seq, &payload).await;
-            }
         };
         self.metrics()
             .disconnections

@@ -1,0 +1,467 @@
+//! KV-event sync end to end: gateways with embedded mock engines (publishing vLLM's KV-cache
+//! events on free loopback ports) or static mock engines, on port 0.
+//!
+//! - A prompt sent **directly** to one engine (not through the gateway) is learned from that
+//!   engine's `BlockStored` events, so `prefix-cache` then routes it there with a 100 %
+//!   match; without sync the same steps find no match (the test's claim can fail).
+//! - A publisher that starts over (a restarted engine: its sequence goes back to 0) drops
+//!   what the old one announced and keeps routing on what the new one announces.
+//! - An engine whose events port is closed costs counted connect errors, nothing else.
+//!
+//! Every wait polls its condition under a bounded deadline; nothing sleeps and hopes.
+
+#![expect(
+    clippy::unwrap_used,
+    reason = "the helpers below run only in tests: a panic is a failed assertion"
+)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use gateway::config::BackendConfig;
+use gateway::{GatewayConfig, GatewayHandle};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use mock_engine::kv_events::wire::{encode_batch, seq_frame};
+use mock_engine::model::EngineProfile;
+use mock_engine::model::kv_events::KvEvent;
+use mock_engine::server::{FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica};
+use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
+
+const MODEL: &str = "mock-model";
+/// Bound on every wait; generous for a loaded CI machine.
+const DEADLINE: Duration = Duration::from_secs(30);
+/// Tokens per block in the `fast` profile (vLLM's default 16).
+const ENGINE_BLOCK: usize = 16;
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+struct Answer {
+    status: u16,
+    headers: http::HeaderMap,
+    body: Bytes,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+}
+
+async fn call(
+    client: &HttpClient,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: String,
+) -> Answer {
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Full::new(Bytes::from(body))).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    Answer {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+async fn metrics(client: &HttpClient, gateway: &GatewayHandle) -> String {
+    let url = format!("http://{}/metrics", gateway.metrics_addr());
+    let answer = call(client, "GET", &url, &[], String::new()).await;
+    String::from_utf8(answer.body.to_vec()).unwrap()
+}
+
+/// The value of the sample `name{labels}` (0 if absent).
+fn sample(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(name_and_labels)
+                .and_then(|rest| rest.trim().parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// Polls the gateway's metrics until `condition` holds on them, up to [`DEADLINE`].
+async fn wait_for_metrics(
+    client: &HttpClient,
+    gateway: &GatewayHandle,
+    what: &str,
+    condition: impl Fn(&str) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let text = metrics(client, gateway).await;
+        if condition(&text) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn base_config() -> GatewayConfig {
+    let mut config = GatewayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: "127.0.0.1:0".parse().unwrap(),
+        ..GatewayConfig::default()
+    };
+    config.engine_scrape.enabled = false;
+    config.health.interval_ms = 50;
+    config.kv_sync.socket_timeout_ms = 500;
+    config.kv_sync.initial_backoff_ms = 50;
+    config.kv_sync.max_backoff_ms = 200;
+    config
+}
+
+fn embedded_config(kv_sync: bool) -> GatewayConfig {
+    let mut config = base_config();
+    config.embedded.mock_engines = 2;
+    config.embedded.engine_profile = "fast".to_owned();
+    config.embedded.time_scale = 10.0;
+    config.embedded.served_model = MODEL.to_owned();
+    config.kv_sync.enabled = kv_sync;
+    config
+}
+
+/// A prompt of `words` distinct words (the mock tokenizes one id per word).
+fn prompt(tag: &str, words: usize) -> String {
+    (0..words)
+        .map(|i| format!("{tag}{i}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn completion(prompt: &str) -> String {
+    serde_json::json!({"model": MODEL, "prompt": prompt, "max_tokens": 1}).to_string()
+}
+
+/// Sends `prompt` straight to the replica at `authority`, bypassing the gateway.
+async fn prime_directly(client: &HttpClient, authority: &str, prompt: &str) {
+    let answer = call(
+        client,
+        "POST",
+        &format!("http://{authority}/v1/completions"),
+        &[],
+        completion(prompt),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+}
+
+async fn through_gateway(client: &HttpClient, gateway: &GatewayHandle, prompt: &str) -> Answer {
+    let answer = call(
+        client,
+        "POST",
+        &format!("{}/v1/completions", gateway.url()),
+        &[("routing-strategy", "prefix-cache")],
+        completion(prompt),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    answer
+}
+
+fn decisions(text: &str, bucket: &str, kv_sync: bool) -> f64 {
+    sample(
+        text,
+        &format!(
+            "aibrix_prefix_cache_routing_decisions_total{{match_percent_bucket=\"{bucket}\",model=\"{MODEL}\",using_kv_sync=\"{kv_sync}\"}}"
+        ),
+    )
+}
+
+/// Primes a different long prompt directly on each engine, then routes both through the
+/// gateway with `prefix-cache`. Returns the (pod primed, pod chosen, match %) per prompt.
+async fn prime_and_route(
+    client: &HttpClient,
+    gateway: &GatewayHandle,
+    kv_sync: bool,
+) -> Vec<(String, String, String)> {
+    let replicas = gateway.replicas();
+    assert_eq!(replicas.len(), 2);
+    let mut routed = Vec::new();
+    for (i, (name, authority, _)) in replicas.iter().enumerate() {
+        let text = prompt(&format!("p{i}w"), 200);
+        prime_directly(client, authority, &text).await;
+        if kv_sync {
+            let processed = format!(
+                "aibrix_kvcache_zmq_events_processed_total{{event_type=\"BlockStored\",pod_key=\"{name}\"}}"
+            );
+            wait_for_metrics(client, gateway, "the engine's BlockStored applied", |m| {
+                sample(m, &processed) >= 1.0
+            })
+            .await;
+        }
+        let answer = through_gateway(client, gateway, &text).await;
+        routed.push((
+            name.clone(),
+            answer.header("target-pod").to_owned(),
+            answer.header("x-prefixgate-match-percent").to_owned(),
+        ));
+    }
+    routed
+}
+
+#[tokio::test]
+async fn a_prompt_cached_directly_on_an_engine_is_routed_to_it() {
+    let client = client();
+    let gateway = gateway::start(embedded_config(true)).await.unwrap();
+    for (primed, chosen, percent) in prime_and_route(&client, &gateway, true).await {
+        assert_eq!(
+            chosen, primed,
+            "routed to the engine that cached the prompt"
+        );
+        assert_eq!(percent, "100");
+    }
+    let text = metrics(&client, &gateway).await;
+    assert_eq!(decisions(&text, "76-100", true), 2.0, "{text}");
+    assert_eq!(
+        sample(
+            &text,
+            "aibrix_prefix_cache_indexer_status{indexer_type=\"sync\",model=\"\"}"
+        ),
+        1.0
+    );
+    for (name, _, _) in gateway.replicas() {
+        let key = format!("pod_key=\"{name}\"");
+        assert!(
+            sample(
+                &text,
+                &format!("aibrix_kvcache_zmq_replay_success_total{{{key}}}")
+            ) >= 1.0,
+            "a replay from 0 at start: {text}"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("aibrix_kvcache_zmq_missed_events_total{{{key}}}")
+            ),
+            0.0
+        );
+    }
+    assert!(!text.contains("tokenize_failed"), "{text}");
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_sync_the_same_prompts_find_no_match() {
+    let client = client();
+    let gateway = gateway::start(embedded_config(false)).await.unwrap();
+    for (_, _, percent) in prime_and_route(&client, &gateway, false).await {
+        assert_eq!(percent, "0", "the index never saw the engines' own caches");
+    }
+    let text = metrics(&client, &gateway).await;
+    assert_eq!(decisions(&text, "0", false), 2.0, "{text}");
+    assert_eq!(decisions(&text, "76-100", false), 0.0, "{text}");
+    assert!(!text.contains("aibrix_kvcache_zmq"), "{text}");
+    gateway.shutdown().await;
+}
+
+/// Two static mock engines without events of their own, for the tests that publish events
+/// by hand or publish none.
+async fn static_engines() -> (ReplicaHandle, ReplicaHandle, Vec<BackendConfig>) {
+    let profile = EngineProfile::load("fast").unwrap();
+    let mut handles = Vec::new();
+    for name in ["a", "b"] {
+        let handle = spawn_replica(ReplicaConfig {
+            name: name.to_owned(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            model: MODEL.to_owned(),
+            profile: profile.clone(),
+            time_scale: 10.0,
+            failures: FailurePlan::default(),
+        })
+        .await
+        .unwrap();
+        handles.push(handle);
+    }
+    let backends = handles
+        .iter()
+        .map(|h| BackendConfig {
+            name: h.name().to_owned(),
+            url: h.url(),
+            model: Some(MODEL.to_owned()),
+        })
+        .collect();
+    let b = handles.pop().unwrap();
+    let a = handles.pop().unwrap();
+    (a, b, backends)
+}
+
+/// The engine's ids for a completion prompt (the same `/tokenize` the gateway calls).
+async fn engine_ids(client: &HttpClient, engine: &ReplicaHandle, prompt: &str) -> Vec<u32> {
+    let body = serde_json::json!({"model": MODEL, "prompt": prompt}).to_string();
+    let answer = call(
+        client,
+        "POST",
+        &format!("{}/tokenize", engine.url()),
+        &[],
+        body,
+    )
+    .await;
+    let json: serde_json::Value = serde_json::from_slice(&answer.body).unwrap();
+    serde_json::from_value(json["tokens"].clone()).unwrap()
+}
+
+/// A `BlockStored` for the full blocks of `ids`, engine hashes `base + i`.
+fn stored(ids: &[u32], base: u64) -> KvEvent {
+    let blocks = ids.len() / ENGINE_BLOCK;
+    KvEvent::BlockStored {
+        block_hashes: (0..blocks as u64).map(|i| base + i).collect(),
+        parent_block_hash: None,
+        token_ids: ids[..blocks * ENGINE_BLOCK].to_vec(),
+        block_size: ENGINE_BLOCK,
+    }
+}
+
+async fn publish(socket: &mut PubSocket, seq: u64, events: &[KvEvent]) {
+    let mut message = ZmqMessage::from(Bytes::from_static(b"kv@test@mock-model"));
+    message.push_back(Bytes::copy_from_slice(&seq_frame(seq)));
+    message.push_back(Bytes::from(encode_batch(0.0, events, 0)));
+    socket.send(message).await.unwrap();
+}
+
+fn last_seq(text: &str, pod: &str) -> Option<f64> {
+    let key = format!("aibrix_kvcache_zmq_last_sequence_id{{pod_key=\"{pod}\"}}");
+    text.lines()
+        .find_map(|l| l.strip_prefix(key.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn a_restarted_publisher_drops_the_old_blocks_and_routing_goes_on() {
+    let client = client();
+    let mut publisher = PubSocket::new();
+    let endpoint = publisher.bind("tcp://127.0.0.1:0").await.unwrap();
+    let port: u16 = endpoint
+        .to_string()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (a, b, backends) = static_engines().await;
+    let mut config = base_config();
+    config.backends = backends;
+    config.kv_sync.enabled = true;
+    config.kv_sync.port = port;
+    config.kv_sync.replay_port = 0;
+    let gateway = gateway::start(config).await.unwrap();
+
+    // Empty batches until both subscriptions are live (a PUB drops what it sends before a
+    // subscription reaches it); the seq keeps rising, as a real publisher's does.
+    let mut seq = 0u64;
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        publish(&mut publisher, seq, &[]).await;
+        let text = metrics(&client, &gateway).await;
+        if last_seq(&text, "a").is_some() && last_seq(&text, "b").is_some() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no subscription:\n{text}"
+        );
+        seq += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let old = prompt("old", 100);
+    let new = prompt("new", 100);
+    let old_ids = engine_ids(&client, &a, &old).await;
+    let new_ids = engine_ids(&client, &a, &new).await;
+    seq += 1;
+    publish(&mut publisher, seq, &[stored(&old_ids, 1_000)]).await;
+    let stored_seq = seq as f64;
+    wait_for_metrics(&client, &gateway, "the old engine's blocks", |m| {
+        last_seq(m, "a") == Some(stored_seq) && last_seq(m, "b") == Some(stored_seq)
+    })
+    .await;
+
+    // The engine restarts: its numbering starts over, its cache is empty.
+    publish(&mut publisher, 0, &[stored(&new_ids, 5_000)]).await;
+    wait_for_metrics(&client, &gateway, "the sequence reset", |m| {
+        ["a", "b"].iter().all(|pod| {
+            sample(
+                m,
+                &format!("aibrix_kvcache_zmq_errors_total{{error_type=\"sequence_reset\",pod_key=\"{pod}\"}}"),
+            ) == 1.0
+                && last_seq(m, pod) == Some(0.0)
+        })
+    })
+    .await;
+    let answer = through_gateway(&client, &gateway, &new).await;
+    assert_eq!(answer.header("x-prefixgate-match-percent"), "100");
+    let answer = through_gateway(&client, &gateway, &old).await;
+    assert_eq!(
+        answer.header("x-prefixgate-match-percent"),
+        "0",
+        "the old engine's blocks were dropped"
+    );
+    gateway.shutdown().await;
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_closed_events_port_costs_counted_errors_and_nothing_else() {
+    let client = client();
+    // A port nothing listens on: bound, read, released.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (a, b, backends) = static_engines().await;
+    let mut config = base_config();
+    config.backends = backends;
+    config.kv_sync.enabled = true;
+    config.kv_sync.port = closed;
+    config.kv_sync.replay_port = 0;
+    config.kv_sync.socket_timeout_ms = 100;
+    let gateway = gateway::start(config).await.unwrap();
+    wait_for_metrics(&client, &gateway, "connect errors on both pods", |m| {
+        ["a", "b"].iter().all(|pod| {
+            sample(
+                m,
+                &format!("aibrix_kvcache_zmq_reconnect_attempts_total{{pod_key=\"{pod}\"}}"),
+            ) >= 2.0
+        })
+    })
+    .await;
+    let text = prompt("closed", 100);
+    for _ in 0..3 {
+        through_gateway(&client, &gateway, &text).await;
+    }
+    let text = metrics(&client, &gateway).await;
+    // The gateway's own routing still fills the index: the second and third requests match.
+    assert_eq!(decisions(&text, "76-100", true), 2.0, "{text}");
+    assert!(!text.contains("tokenize_failed"), "{text}");
+    assert_eq!(
+        sample(&text, "aibrix_kvcache_zmq_connections_total{pod_key=\"a\"}"),
+        0.0
+    );
+    gateway.shutdown().await;
+    a.shutdown().await;
+    b.shutdown().await;
+}
