@@ -78,7 +78,7 @@ fn supervise(
     running.retain(|name, sub| {
         let present = snapshot
             .iter()
-            .any(|r| r.name() == name && Arc::ptr_eq(r, &sub.replica));
+            .any(|r| r.name() == name && Arc::ptr_eq(r, &sub.replica) && r.publishes_kv_events());
         if !present {
             sub.task.abort();
             let mut sync = sub.sync.lock().unwrap_or_else(PoisonError::into_inner);
@@ -88,7 +88,7 @@ fn supervise(
         }
         present
     });
-    for replica in snapshot.iter() {
+    for replica in snapshot.iter().filter(|r| r.publishes_kv_events()) {
         if let Some(sub) = running.get(replica.name())
             && !sub.task.is_finished()
         {
@@ -120,5 +120,79 @@ fn supervise(
                 task,
             },
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use router_core::kv_sync::KvEvent;
+
+    use super::*;
+
+    fn stored() -> KvEvent {
+        KvEvent::BlockStored {
+            block_hashes: vec![1, 2],
+            parent: None,
+            token_ids: (0..32).collect(),
+            block_size: 16,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_leaves_loses_its_subscriber_and_its_blocks() {
+        let a = Arc::new(Replica::new("a", "127.0.0.1:1", vec!["m".into()]));
+        let b = Arc::new(Replica::new("b", "127.0.0.1:2", vec!["m".into()]));
+        let off =
+            Arc::new(Replica::new("off", "127.0.0.1:3", vec!["m".into()]).without_kv_events());
+        let state = Arc::new(AppState::for_tests(vec![a.clone(), b.clone(), off]));
+        let registry = prometheus::Registry::new();
+        let metrics = KvSyncMetrics::register(&registry).unwrap();
+        let config = KvSyncConfig {
+            enabled: true,
+            ..KvSyncConfig::default()
+        };
+        let mut running = HashMap::new();
+        supervise(&state, &config, &metrics, &mut running);
+        let mut names: Vec<&String> = running.keys().collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["a", "b"],
+            "the opted-out replica gets no subscriber"
+        );
+        // What the subscribers would have applied, straight into their sync states.
+        for (name, sub) in &running {
+            let mut sync = sub.sync.lock().unwrap();
+            state
+                .router
+                .apply_kv_event(&mut sync, &stored(), name, &["m".to_owned()], 0)
+                .unwrap();
+        }
+        assert_eq!(
+            state.router.index().len(),
+            1,
+            "one 128-byte block, both pods"
+        );
+        let a_task = running["a"].task.abort_handle();
+        state.replicas.replace(vec![b.clone()]);
+        supervise(&state, &config, &metrics, &mut running);
+        assert!(!running.contains_key("a"));
+        assert!(running.contains_key("b"));
+        let bytes = router_core::kv_sync::token_bytes(&(0..32).collect::<Vec<u32>>());
+        let block = router_core::hash::block_hashes(&bytes, 128, 0);
+        assert_eq!(
+            state.router.index().match_names("m", &block, &["a", "b"]),
+            [0, 100],
+            "a's blocks went with it, b's stay"
+        );
+        // The aborted task ends (the abort is observed at its next await).
+        for _ in 0..1_000 {
+            if a_task.is_finished() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(a_task.is_finished());
+        drop(Subscribers(running));
     }
 }

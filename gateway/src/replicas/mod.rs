@@ -41,6 +41,9 @@ pub struct Replica {
     /// Where it publishes KV-cache events, when it says so itself (embedded mock engines);
     /// otherwise KV-event sync derives them from `[kv_sync]`'s ports and the host.
     kv_events: Option<EventEndpoints>,
+    /// Whether KV-event sync subscribes to it (all static and embedded replicas; Kubernetes
+    /// pods only with AIBrix's `model.aibrix.ai/kv-events-enabled: "true"` label).
+    publishes_kv_events: bool,
 }
 
 /// What a failure or success report did to a replica's readiness.
@@ -63,7 +66,19 @@ impl Replica {
             consecutive_failures: AtomicU32::new(0),
             consecutive_successes: AtomicU32::new(0),
             kv_events: None,
+            publishes_kv_events: true,
         }
+    }
+
+    /// The same replica, left out of KV-event sync.
+    pub fn without_kv_events(mut self) -> Self {
+        self.publishes_kv_events = false;
+        self
+    }
+
+    /// Whether KV-event sync subscribes to it.
+    pub fn publishes_kv_events(&self) -> bool {
+        self.publishes_kv_events
     }
 
     /// The same replica, publishing KV-cache events at `endpoints`.

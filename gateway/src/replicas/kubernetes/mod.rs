@@ -108,15 +108,21 @@ impl PodTable {
                     .find(|r| {
                         r.name() == endpoint.name
                             && r.authority() == endpoint.authority
+                            && r.publishes_kv_events() == endpoint.kv_events
                             && matches!(r.models().as_slice(), [m] if *m == endpoint.model)
                     })
                     .map(Arc::clone)
                     .unwrap_or_else(|| {
-                        Arc::new(Replica::new(
+                        let replica = Replica::new(
                             endpoint.name.clone(),
                             endpoint.authority.clone(),
                             vec![endpoint.model.clone()],
-                        ))
+                        );
+                        Arc::new(if endpoint.kv_events {
+                            replica
+                        } else {
+                            replica.without_kv_events()
+                        })
                     })
             })
             .collect();

@@ -65,7 +65,13 @@ pub struct Endpoint {
     pub model: String,
     /// `ip:port` (`[ip]:port` for IPv6).
     pub authority: String,
+    /// The pod says it publishes KV-cache events (label [`KV_EVENTS_LABEL`] = `"true"`,
+    /// as AIBrix requires before it subscribes).
+    pub kv_events: bool,
 }
+
+/// AIBrix's opt-in label for KV-event sync.
+pub const KV_EVENTS_LABEL: &str = "model.aibrix.ai/kv-events-enabled";
 
 /// What a pod means for routing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +162,11 @@ impl Pod {
             name: name.to_owned(),
             model: model.clone(),
             authority,
+            kv_events: self
+                .metadata
+                .labels
+                .get(KV_EVENTS_LABEL)
+                .is_some_and(|v| v.trim() == "true"),
         })
     }
 }
@@ -202,8 +213,21 @@ mod tests {
                 name: "vllm-0".to_owned(),
                 model: "qwen3-8b".to_owned(),
                 authority: "10.1.2.3:8000".to_owned(),
+                kv_events: false,
             })
         );
+    }
+
+    #[test]
+    fn the_kv_events_label_opts_a_pod_into_kv_event_sync() {
+        for (value, expected) in [("true", true), ("false", false), ("yes", false)] {
+            let mut json = ready_pod();
+            json["metadata"]["labels"][KV_EVENTS_LABEL] = value.into();
+            let PodState::Routable(endpoint) = pod(json).state(&labels()) else {
+                panic!("not routable");
+            };
+            assert_eq!(endpoint.kv_events, expected, "{value}");
+        }
     }
 
     #[test]
