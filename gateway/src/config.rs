@@ -378,6 +378,14 @@ mod tests {
         let config = GatewayConfig::from_toml_str(&uncommented).unwrap();
         assert_eq!(config.backends.len(), 2);
         assert!(config.tls.is_enabled());
+        assert!(config.kv_sync.enabled);
+        assert_eq!(
+            config.kv_sync,
+            crate::kv_sync::KvSyncConfig {
+                enabled: true,
+                ..Default::default()
+            }
+        );
         assert!(config.routing.hf_tokenizer_path.is_some());
         assert_eq!(config.admission.tenants["B"].max_in_flight, 2);
         assert_eq!(config.admission.tenants["B"].tokens_per_second, Some(2000));
