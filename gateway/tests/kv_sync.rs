@@ -265,6 +265,48 @@ async fn a_prompt_cached_directly_on_an_engine_is_routed_to_it() {
 }
 
 #[tokio::test]
+async fn subscriptions_renewed_after_idling_replay_and_keep_routing() {
+    let client = client();
+    let mut config = embedded_config(true);
+    // Renew every 50 ms of silence: many sessions, each replaying from the next seq.
+    config.kv_sync.idle_resubscribe_ms = 50;
+    let gateway = gateway::start(config).await.unwrap();
+    let renewed = |m: &str| {
+        ["mock-0", "mock-1"].iter().all(|pod| {
+            sample(
+                m,
+                &format!("aibrix_kvcache_zmq_connections_total{{pod_key=\"{pod}\"}}"),
+            ) >= 3.0
+        })
+    };
+    wait_for_metrics(&client, &gateway, "renewed subscriptions", renewed).await;
+    for (primed, chosen, percent) in prime_and_route(&client, &gateway, true).await {
+        assert_eq!((chosen, percent.as_str()), (primed, "100"));
+    }
+    let text = metrics(&client, &gateway).await;
+    for pod in ["mock-0", "mock-1"] {
+        let key = format!("pod_key=\"{pod}\"");
+        assert_eq!(
+            sample(
+                &text,
+                &format!("aibrix_kvcache_zmq_missed_events_total{{{key}}}")
+            ),
+            0.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("aibrix_kvcache_zmq_replay_failures_total{{{key}}}")
+            ),
+            0.0,
+            "{text}"
+        );
+        assert!(!text.contains("sequence_reset"), "{text}");
+    }
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
 async fn without_sync_the_same_prompts_find_no_match() {
     let client = client();
     let gateway = gateway::start(embedded_config(false)).await.unwrap();

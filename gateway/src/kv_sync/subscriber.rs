@@ -69,6 +69,7 @@ pub async fn run(subscription: Subscription) {
         subscription: &subscription,
         last: None,
         logged: HashSet::new(),
+        renewal: false,
     };
     let pod = subscription.replica.name().to_owned();
     let initial = Duration::from_millis(subscription.config.initial_backoff_ms);
@@ -90,6 +91,7 @@ pub async fn run(subscription: Subscription) {
             .connection_status
             .with_label_values(&[&pod])
             .set(0);
+        applier.renewal = matches!(end, SessionEnd::Idle);
         match end {
             SessionEnd::Idle => backoff = initial,
             SessionEnd::Failed(kind) => {
@@ -107,6 +109,8 @@ struct Applier<'a> {
     last: Option<u64>,
     /// Error kinds already logged (each is logged once per subscriber, counted always).
     logged: HashSet<&'static str>,
+    /// This session renews an idle one (logged at debug: it happens every idle period).
+    renewal: bool,
 }
 
 impl Applier<'_> {
@@ -143,7 +147,11 @@ impl Applier<'_> {
             .connection_status
             .with_label_values(&[&pod])
             .set(1);
-        tracing::info!(%pod, %endpoint, "KV events: subscribed");
+        if self.renewal {
+            tracing::debug!(%pod, %endpoint, "KV events: subscription renewed after idling");
+        } else {
+            tracing::info!(%pod, %endpoint, "KV events: subscribed");
+        }
         // Within one session a publisher numbers its batches upwards, and a session
         // starts above every batch seen before it: a live seq at or below either bound
         // means the publisher behind the endpoint started over.
