@@ -241,3 +241,49 @@ fn a_block_stored_again_refreshes_without_recounting() {
     let hashes = request_hashes(&tokens, &settings);
     assert_eq!(index.match_names(MODEL, &hashes, &["b"]), [100]);
 }
+
+proptest::proptest! {
+    /// However a prompt's blocks are split into events, and whatever whole number of engine
+    /// blocks a router block spans, the engine-fed index matches the request side's hashes
+    /// in full; evicting one engine block cuts the match at the router block holding it.
+    #[test]
+    fn any_split_matches_in_full_and_an_eviction_cuts_at_its_router_block(
+        blocks in 1usize..24,
+        per_router in proptest::sample::select(vec![1usize, 2, 4]),
+        cuts in proptest::collection::vec(1usize..24, 0..6),
+        evicted in 0usize..24,
+    ) {
+        let settings = settings(4 * ENGINE_TOKENS * per_router);
+        let index = PrefixIndex::new(1_000, 60_000);
+        let mut sync = PodSync::new();
+        let tokens = prompt(blocks);
+        let mut bounds: Vec<usize> = cuts.into_iter().filter(|&c| c < blocks).collect();
+        bounds.extend([0, blocks]);
+        bounds.sort_unstable();
+        bounds.dedup();
+        for pair in bounds.windows(2) {
+            sync.apply(&stored(&tokens, pair[0], pair[1]), "b", &models(), &index, &settings, 0)
+                .unwrap();
+        }
+        let hashes = request_hashes(&tokens, &settings);
+        proptest::prop_assert_eq!(hashes.len(), blocks / per_router);
+        proptest::prop_assert_eq!(index.len(), hashes.len());
+        if hashes.is_empty() {
+            return Ok(());
+        }
+        proptest::prop_assert_eq!(index.match_names(MODEL, &hashes, &["b"]), vec![100]);
+        let evicted = evicted % blocks;
+        sync.apply(
+            &KvEvent::BlockRemoved { block_hashes: vec![engine_hash(evicted)] },
+            "b",
+            &models(),
+            &index,
+            &settings,
+            0,
+        )
+        .unwrap();
+        let kept = (evicted / per_router).min(hashes.len());
+        let expected = (kept * 100 / hashes.len()) as u8;
+        proptest::prop_assert_eq!(index.match_names(MODEL, &hashes, &["b"]), vec![expected]);
+    }
+}
