@@ -17,8 +17,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use clap::Parser;
-use mock_engine::kv_events::{END_OF_REPLAY, decode_batch};
-use mock_engine::model::KvEvent;
+use mock_engine::kv_events::END_OF_REPLAY;
+use router_core::kv_sync::{KvEvent, decode_batch};
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
 #[derive(Debug, Parser)]
@@ -87,13 +87,13 @@ fn print_batch(topic: &str, seq: &[u8], payload: &[u8]) -> Result<()> {
     let decoded = decode_batch(payload)?;
     println!(
         "seq={seq} topic={topic:?} ts={:.6} dp_rank={:?}",
-        decoded.batch.ts, decoded.data_parallel_rank
+        decoded.ts, decoded.data_parallel_rank
     );
-    for event in &decoded.batch.events {
+    for event in &decoded.events {
         match event {
             KvEvent::BlockStored {
                 block_hashes,
-                parent_block_hash,
+                parent,
                 token_ids,
                 block_size,
             } => {
@@ -103,7 +103,7 @@ fn print_batch(topic: &str, seq: &[u8], payload: &[u8]) -> Result<()> {
                     "  BlockStored blocks={} hashes=[{}] parent={} block_size={block_size} token_ids[..8]={:?} ({} ids)",
                     block_hashes.len(),
                     hashes.join(","),
-                    parent_block_hash.map_or("nil".into(), |p| format!("{p:#018x}")),
+                    parent.map_or("nil".into(), |p| format!("{p:#018x}")),
                     &token_ids[..token_ids.len().min(8)],
                     token_ids.len()
                 );

@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mock_engine::kv_events::{END_OF_REPLAY, KvEventsConfig, decode_batch};
-use mock_engine::model::KvEvent;
+use mock_engine::kv_events::{END_OF_REPLAY, KvEventsConfig};
+// Decoded with the gateway's decoder: what a real subscriber of the mock reads.
 use mock_engine::model::block_hash::extend_hashes;
 use mock_engine::server::{FailurePlan, ReplicaHandle, spawn_replica_with_events};
+use router_core::kv_sync::{KvEvent, decode_batch};
 use support::*;
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
@@ -97,7 +98,7 @@ async fn a_pub_endpoint_with_a_named_host_connects_to_a_binding_subscriber() {
             Some(bound.to_string().as_str())
         );
         let first = probe_until_received(&replica, &mut sub).await;
-        let events = decode_batch(&first.payload).expect("payload").batch.events;
+        let events = decode_batch(&first.payload).expect("payload").events;
         assert!(
             matches!(events[0], KvEvent::BlockStored { .. }),
             "{events:?}"
@@ -111,12 +112,7 @@ async fn a_pub_endpoint_with_a_named_host_connects_to_a_binding_subscriber() {
 fn stored_events(messages: &[Published]) -> Vec<KvEvent> {
     messages
         .iter()
-        .flat_map(|m| {
-            decode_batch(&m.payload)
-                .expect("valid payload")
-                .batch
-                .events
-        })
+        .flat_map(|m| decode_batch(&m.payload).expect("valid payload").events)
         .filter(|e| matches!(e, KvEvent::BlockStored { .. }))
         .collect()
 }
@@ -129,12 +125,11 @@ fn chain_tokens(stored: &[KvEvent], first_tokens: &[u32]) -> Vec<u32> {
     for _ in 0..stored.len() {
         let next = stored.iter().find(|e| match e {
             KvEvent::BlockStored {
-                parent_block_hash,
+                parent: event_parent,
                 token_ids,
                 ..
             } => {
-                *parent_block_hash == parent
-                    && (parent.is_some() || token_ids.starts_with(first_tokens))
+                *event_parent == parent && (parent.is_some() || token_ids.starts_with(first_tokens))
             }
             _ => false,
         });
@@ -224,7 +219,7 @@ async fn a_chat_requests_prompt_blocks_are_published_with_tokenizes_ids_and_repl
         }
         let decoded = decode_batch(&seen[0].payload).expect("payload");
         assert_eq!(decoded.data_parallel_rank, Some(0));
-        assert!(decoded.batch.ts > 1.0e9, "ts is Unix time");
+        assert!(decoded.ts > 1.0e9, "ts is Unix time");
 
         // Replay from 0: every batch so far, in order, byte for byte, then the end marker.
         let replayed = replay(&replica, 0).await;
@@ -295,10 +290,7 @@ async fn reset_prefix_cache_publishes_all_blocks_cleared() {
             let Some(message) = next_published(&mut sub, RECV_WAIT).await else {
                 continue;
             };
-            let events = decode_batch(&message.payload)
-                .expect("payload")
-                .batch
-                .events;
+            let events = decode_batch(&message.payload).expect("payload").events;
             if events == [KvEvent::AllBlocksCleared] {
                 cleared = true;
                 break;

@@ -2,8 +2,8 @@
 //! AIBrix's KV-event sync or llm-d's indexer.
 //!
 //! The model records the events ([`crate::model::kv_events`]); this module turns them into
-//! vLLM's ZMQ messages. [`config`] parses `--kv-events-config`, [`wire`] is the msgpack
-//! format (encode, and decode for subscribers and tests), [`queue`] is the non-blocking
+//! vLLM's ZMQ messages. [`config`] parses `--kv-events-config`, [`wire`] encodes the msgpack
+//! format (the gateway's `router_core::kv_sync` decodes it), [`queue`] is the non-blocking
 //! hand-off from the engine's step loop, and [`publisher`] owns the PUB and replay sockets.
 
 pub mod config;
@@ -14,4 +14,4 @@ pub mod wire;
 pub use config::{KvEventsConfig, KvEventsConfigError, PublisherKind};
 pub use publisher::{KvEventPublisher, PublisherError};
 pub use queue::BatchQueue;
-pub use wire::{DecodedBatch, END_OF_REPLAY, WireError, decode_batch, encode_batch};
+pub use wire::{END_OF_REPLAY, encode_batch};
