@@ -17,11 +17,10 @@ use clap::{Parser, Subcommand};
 use loadgen::measure::{MatrixResult, OperationsResult, PhaseResult, Slo, schema_check};
 use loadgen::report;
 use loadgen::run::live_request::http_client;
-use loadgen::run::sim_cluster::Served;
 use loadgen::run::sim_trace::{TraceLine, trace_lines};
 use loadgen::run::{
-    LiveRunner, LiveTarget, LocalOptions, LocalStack, PhaseProgress, ReplicaEndpoint,
-    RunDescription, SimOptions, simulate_matrix,
+    LiveRunner, LiveTarget, LocalOptions, LocalStack, PhaseProgress, PhaseRun, ReplicaEndpoint,
+    RunDescription, SimOptions, simulate_matrix_runs,
 };
 use loadgen::workload::Matrix;
 use mock_engine::model::EngineProfile;
@@ -127,6 +126,10 @@ enum Command {
         /// the router's selection and match, outstanding at selection, TTFT, E2E, good.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// KV-event sync, as the gateway's [kv_sync]: the engines' KV-cache events feed the
+        /// router's index after each step, and prompts are routed on engine token ids.
+        #[arg(long)]
+        kv_sync: bool,
         #[command(flatten)]
         selection: Selection,
     },
@@ -191,6 +194,7 @@ fn main() -> Result<()> {
             engine_profile,
             replica_prefix,
             trace,
+            kv_sync,
             selection,
         } => {
             let m = selection.matrix()?;
@@ -199,6 +203,7 @@ fn main() -> Result<()> {
             let mut options = SimOptions::seed_like(profile);
             options.replicas = replicas;
             options.replica_prefix = replica_prefix;
+            options.kv_sync = kv_sync;
             simulate(&m, &options, selection.out.as_deref(), trace.as_deref())
         }
         Command::Matrix {
@@ -349,16 +354,22 @@ fn simulate(
         .transpose()?;
     let mut trace_error = None;
     let mut done = 0;
-    let mut progress = |p: &PhaseResult, served: &[Served]| {
+    let mut sync_errors = 0;
+    let mut progress = |run: &PhaseRun| {
+        let p = &run.result;
         done += 1;
         progress_line(done, total, p);
+        if let Some(stats) = &run.kv_sync {
+            eprintln!("  {}", stats.summary());
+            sync_errors += stats.error_count();
+        }
         if let Some(file) = trace_file.as_mut()
             && trace_error.is_none()
         {
-            trace_error = write_trace(file, &trace_lines(p, served, &options.slo)).err();
+            trace_error = write_trace(file, &trace_lines(p, &run.served, &options.slo)).err();
         }
     };
-    let (result, failure) = match simulate_matrix(matrix, options, &mut progress) {
+    let (result, failure) = match simulate_matrix_runs(matrix, options, &mut progress) {
         Ok(result) => (result, None),
         Err(run) => (run.partial, Some(run.error)),
     };
@@ -375,6 +386,11 @@ fn simulate(
         result.measured_phases,
         started.elapsed().as_secs_f64()
     );
+    if sync_errors > 0 {
+        // Refused events leave the index out of step with the engines; the run still
+        // stands, but its figures are not those of a working sync.
+        eprintln!("warning: {sync_errors} KV events were refused (see the lines above)");
+    }
     match out {
         Some(path) => write_atomically(path, &result)?,
         None => println!("{}", serde_json::to_string_pretty(&result)?),

@@ -15,6 +15,7 @@ pub mod prom_text;
 pub mod setup;
 pub mod sim;
 pub mod sim_cluster;
+pub mod sim_kv_sync;
 pub mod sim_trace;
 pub mod sse;
 
@@ -25,5 +26,8 @@ pub use operations_run::{
     LocalStacks, OperationsTarget, QUANTILE_METHOD, StackDescription, run_operations,
 };
 pub use progress::PhaseProgress;
-pub use sim::{PartialRun, SimOptions, simulate_matrix, simulate_phase};
+pub use sim::{
+    PartialRun, PhaseRun, SimOptions, simulate_matrix, simulate_matrix_runs, simulate_phase,
+};
 pub use sim_cluster::{Arrival, SimCluster, SimError, Target};
+pub use sim_kv_sync::KvSyncStats;

@@ -7,6 +7,10 @@
 //! gauges scraped every 250 ms of virtual time, and the routing counters tallied from the
 //! measured decisions as the gateway's metrics would count them. Phases are laid end to end
 //! on one virtual timeline (`started_at` is virtual seconds since the run began).
+//!
+//! With [`SimOptions::kv_sync`] the router's index is also fed by the engines' KV-cache
+//! events (`super::sim_kv_sync`); what sync applied comes back per phase in [`PhaseRun`] and
+//! in total in the result's `runtime` line (the seed's schema has no field for it).
 
 use std::collections::BTreeMap;
 
@@ -16,6 +20,7 @@ use router_core::{Router, RouterConfig};
 
 use super::setup::{PRIMING_MAX_TOKENS, Setup, hot_setup, phase_config};
 use super::sim_cluster::{Arrival, Served, SimCluster, SimError, Target};
+use super::sim_kv_sync::KvSyncStats;
 use crate::measure::{
     MatrixResult, Peaks, PhaseOutcome, PhaseResult, ReplicaObservation, RoutingTally, Slo,
     summarize,
@@ -49,7 +54,20 @@ pub struct SimOptions {
     /// where the gateway learns only the one owner per family that its routed priming
     /// request went to. An evaluation knob: it shows what the router's partial view of a
     /// warm cluster costs a cache-aware route.
+    ///
+    /// It approximates [`SimOptions::kv_sync`] and is kept to compare with it: it adds each
+    /// priming prompt's text blocks the moment the prompt is sent, never forgets them (an
+    /// engine eviction leaves them listed) and shows the index nothing else the engines
+    /// cache. Ignored when `kv_sync` is on, where the engines' events show the priming.
     pub kv_synced_priming: bool,
+    /// KV-event sync, as the gateway's `[kv_sync]`: every engine's KV-cache events (blocks
+    /// stored, evicted, cleared) are applied to the router's index right after the engine
+    /// step that produced them, and routed prompts are hashed on the engine's token ids
+    /// (4-byte big-endian) instead of their text. The router's own index update on routing
+    /// stays, as in the gateway. Needs the router's `block_size` to be a multiple of 4 × the
+    /// engine's block size (the default 128 bytes is 2 blocks of 16 tokens). Off by default;
+    /// off, nothing differs from a simulator without it.
+    pub kv_sync: bool,
     /// Forces the first measured request of family `f` onto replica `first_owners[f]` in
     /// phases without priming (see [`Target::RoutedOnto`]); later requests are routed freely.
     /// For `prefix-cache` this fixes which replica each family lives on in `cold-uniform`,
@@ -70,6 +88,7 @@ impl SimOptions {
             slo: Slo::default(),
             warm_owners: None,
             kv_synced_priming: false,
+            kv_sync: false,
             first_owners: None,
         }
     }
@@ -78,13 +97,18 @@ impl SimOptions {
     pub fn cluster(&self, rng: StdRng) -> Result<SimCluster, SimError> {
         let router = Router::new(self.router.clone())
             .map_err(|e| SimError::Config(format!("router configuration: {e}")))?;
-        Ok(SimCluster::new(
+        let cluster = SimCluster::new(
             self.replica_names(),
             &self.profile,
             router,
             rng,
             &self.model,
-        ))
+        );
+        if self.kv_sync {
+            cluster.with_kv_sync()
+        } else {
+            Ok(cluster)
+        }
     }
 
     /// Replica names in index order.
@@ -102,6 +126,15 @@ impl SimOptions {
     }
 }
 
+/// One simulated phase: its result, its measured requests as served (in arrival order) and,
+/// with KV-event sync, what sync applied over the phase (priming included).
+#[derive(Debug)]
+pub struct PhaseRun {
+    pub result: PhaseResult,
+    pub served: Vec<Served>,
+    pub kv_sync: Option<KvSyncStats>,
+}
+
 /// A run that stopped early: the phases done so far (`complete: false`) and why.
 #[derive(Debug)]
 pub struct PartialRun {
@@ -117,8 +150,21 @@ pub fn simulate_matrix(
     options: &SimOptions,
     progress: &mut dyn FnMut(&PhaseResult, &[Served]),
 ) -> Result<MatrixResult, Box<PartialRun>> {
+    simulate_matrix_runs(matrix, options, &mut |run| {
+        progress(&run.result, &run.served)
+    })
+}
+
+/// [`simulate_matrix`], handing `progress` each phase's whole [`PhaseRun`] (with what
+/// KV-event sync applied).
+pub fn simulate_matrix_runs(
+    matrix: &Matrix,
+    options: &SimOptions,
+    progress: &mut dyn FnMut(&PhaseRun),
+) -> Result<MatrixResult, Box<PartialRun>> {
     let phases = matrix.phases();
     let mut results = Vec::with_capacity(phases.len());
+    let mut synced = options.kv_sync.then(KvSyncStats::default);
     let mut clock = 0.0;
     let mut failure = None;
     if options.replicas == 0 || options.replicas > 256 {
@@ -131,19 +177,25 @@ pub fn simulate_matrix(
         if failure.is_some() {
             break;
         }
-        match simulate_phase_traced(phase, options, clock) {
-            Ok((result, served)) => {
-                clock = result.finished_at + PHASE_GAP;
-                progress(&result, &served);
-                results.push(result);
+        match simulate_phase_run(phase, options, clock) {
+            Ok(run) => {
+                clock = run.result.finished_at + PHASE_GAP;
+                progress(&run);
+                if let (Some(total), Some(stats)) = (synced.as_mut(), &run.kv_sync) {
+                    total.absorb(stats);
+                }
+                results.push(run.result);
             }
             Err(e) => failure = Some(e),
         }
     }
+    let sync_note = synced.map_or(String::new(), |s| {
+        format!(", KV-event sync: {}", s.summary())
+    });
     let result = MatrixResult {
         model: options.model.clone(),
         runtime: format!(
-            "prefixgate loadgen {} simulate (mock-engine profile {})",
+            "prefixgate loadgen {} simulate (mock-engine profile {}{sync_note})",
             env!("CARGO_PKG_VERSION"),
             options.profile.name
         ),
@@ -183,6 +235,15 @@ pub fn simulate_phase_traced(
     options: &SimOptions,
     clock_origin: f64,
 ) -> Result<(PhaseResult, Vec<Served>), SimError> {
+    simulate_phase_run(phase, options, clock_origin).map(|run| (run.result, run.served))
+}
+
+/// [`simulate_phase_traced`], with what KV-event sync applied over the phase.
+pub fn simulate_phase_run(
+    phase: &PhaseSpec,
+    options: &SimOptions,
+    clock_origin: f64,
+) -> Result<PhaseRun, SimError> {
     let mut cluster = options.cluster(rng_for(phase.seed, &[&phase.name, "routing"]))?;
     let setup = prime(&mut cluster, phase, options)?;
 
@@ -248,7 +309,11 @@ pub fn simulate_phase_traced(
         routing_counter_deltas: Some(tally.deltas()),
         dropped: 0,
     };
-    Ok((summarize(&outcome, &options.slo), served))
+    Ok(PhaseRun {
+        result: summarize(&outcome, &options.slo),
+        served,
+        kv_sync: cluster.kv_sync_stats().cloned(),
+    })
 }
 
 /// Sends one priming request and runs it to completion; it must succeed.
@@ -263,7 +328,8 @@ fn prime_one(cluster: &mut SimCluster, text: String, target: Target) -> Result<S
 
 /// Primes the caches as SPEC §5.1 says, one request at a time, each run to completion.
 /// `options.warm_owners` forces the routed warm priming split, and
-/// `options.kv_synced_priming` shows the direct priming to the router's index.
+/// `options.kv_synced_priming` shows the direct priming to the router's index (unless
+/// `options.kv_sync` does it with the engines' events).
 fn prime(
     cluster: &mut SimCluster,
     phase: &PhaseSpec,
@@ -281,7 +347,7 @@ fn prime(
             for (f, prefix) in prefixes.iter().enumerate() {
                 for engine in 0..cluster.names().len() {
                     let text = phase.priming_prompt(prefix, &format!("warm-direct-{engine}"), f);
-                    if options.kv_synced_priming {
+                    if options.kv_synced_priming && !options.kv_sync {
                         cluster.index_as_cached(engine, &text)?;
                     }
                     prime_one(cluster, text, Target::Direct(engine))?;

@@ -10,17 +10,24 @@
 //! running/waiting/KV gauges to its `PodLoad`, as the gateway's engine scrape does. At equal
 //! times, tokens are processed before arrivals (a request that finishes at `t` is no longer
 //! outstanding for one that arrives at `t`).
+//!
+//! With KV-event sync ([`SimCluster::with_kv_sync`]) each engine records vLLM's KV-cache
+//! events, the batches of every step are applied to the router's index right after the step
+//! (so before any arrival at its end time, see [`super::sim_kv_sync`]), and routed requests
+//! are hashed on the engine's token ids, as the gateway does with `[kv_sync]` on.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use mock_engine::model::{EngineModel, EngineProfile, EngineRequest, FinishReason, RequestId};
 use rand::rngs::StdRng;
+use router_core::kv_sync::token_bytes;
 use router_core::{
     Candidate, Decision, EngineStats, OutstandingGuard, PodLoad, RouteError, RouteRequest, Router,
     Strategy,
 };
 
+use super::sim_kv_sync::{ClusterSync, KvSyncStats};
 use crate::measure::{EngineCounters, ErrorClass, Peaks, RequestRecord, Usage};
 
 /// Seconds between two scrapes of the engines' gauges (the live runner's period).
@@ -106,6 +113,8 @@ pub struct SimCluster {
     rng: StdRng,
     model: String,
     now: f64,
+    /// KV-event sync state, when on.
+    sync: Option<ClusterSync>,
 }
 
 impl SimCluster {
@@ -128,7 +137,33 @@ impl SimCluster {
             rng,
             model: model.to_owned(),
             now: 0.0,
+            sync: None,
         }
+    }
+
+    /// Turns KV-event sync on: the engines record their KV-cache events, which reach the
+    /// router's index after each step, and routed prompts are hashed on engine token ids.
+    /// Fails when the router's block size (bytes of 4-byte token ids) is not a whole number
+    /// of engine blocks: every `BlockStored` would then be refused.
+    pub fn with_kv_sync(mut self) -> Result<Self, SimError> {
+        let router_bytes = self.router.config().block_size;
+        for engine in &mut self.engines {
+            let engine_bytes = 4 * engine.profile().block_size;
+            if engine_bytes == 0 || router_bytes % engine_bytes != 0 {
+                return Err(SimError::Config(format!(
+                    "KV-event sync needs the router block_size ({router_bytes} bytes) to be a multiple of 4 x the engine block size ({} tokens)",
+                    engine.profile().block_size
+                )));
+            }
+            engine.set_kv_events(true);
+        }
+        self.sync = Some(ClusterSync::new(self.engines.len(), &self.model));
+        Ok(self)
+    }
+
+    /// What KV-event sync has applied so far (`None` when it is off).
+    pub fn kv_sync_stats(&self) -> Option<&KvSyncStats> {
+        self.sync.as_ref().map(ClusterSync::stats)
     }
 
     /// The router, with its prefix index.
@@ -292,6 +327,13 @@ impl SimCluster {
                         in_flight.remove(&(engine, out.id));
                     }
                 }
+                if let Some(sync) = self.sync.as_mut() {
+                    let batches = self.engines[engine].take_kv_event_batches();
+                    if !batches.is_empty() {
+                        let now_ms = (self.now * 1000.0) as u64;
+                        sync.apply(&self.router, engine, &self.names[engine], batches, now_ms);
+                    }
+                }
             }
             if let Some(peaks) = peaks.as_deref_mut()
                 && next_scrape <= self.now
@@ -331,6 +373,7 @@ impl SimCluster {
         slot: usize,
     ) -> Result<(Served, Option<(usize, RequestId, InFlight)>), SimError> {
         let mut record = RequestRecord::sent(arrival.index, arrival.family, arrival.at, self.now);
+        let prompt = mock_engine::tokenizer::encode(&arrival.text);
         let (engine, decision, guard) = match arrival.target {
             Target::Direct(engine) => {
                 if engine >= self.engines.len() {
@@ -353,10 +396,19 @@ impl SimCluster {
                     model: &self.model,
                     text: &arrival.text,
                 };
+                // With sync the gateway asks the engine's `/tokenize` and hashes those ids
+                // (4 bytes big-endian each), the bytes the engine's events carry.
+                let tokens = (self.sync.is_some() && strategy.uses_prefix_index())
+                    .then(|| token_bytes(&prompt));
                 let now_ms = (self.now * 1000.0) as u64;
-                let routed =
-                    self.router
-                        .route(strategy, &request, &candidates, &mut self.rng, now_ms)?;
+                let routed = self.router.route_with_tokens(
+                    strategy,
+                    &request,
+                    tokens.as_deref(),
+                    &candidates,
+                    &mut self.rng,
+                    now_ms,
+                )?;
                 record.target_pod = Some(routed.decision.pod_name.clone());
                 record.outstanding_at_selection = Some(routed.decision.outstanding_at_selection);
                 (
@@ -367,7 +419,7 @@ impl SimCluster {
             }
         };
         let request = EngineRequest {
-            prompt: mock_engine::tokenizer::encode(&arrival.text),
+            prompt,
             max_tokens: arrival.max_tokens,
             ignore_eos: true,
         };

@@ -265,3 +265,61 @@ fn the_trace_has_one_line_per_request_agreeing_with_the_phase() {
         }
     }
 }
+
+/// The seed's warm-uniform `prefix-cache` cells: the index knows one owner per family from
+/// routed priming, so the route follows those owners (the seed's 43/96 in round 2). With
+/// KV-event sync the engines' events show every replica primed, the route balances, and
+/// nearly every request is good (docs/POLICY.md: 96.0 with the index told of priming).
+#[test]
+fn kv_sync_shows_warm_priming_and_balances_prefix_cache() {
+    let matrix = Matrix::builtin()
+        .unwrap()
+        .with_routes(&["prefix-cache".into()])
+        .unwrap();
+    let warm: Vec<PhaseSpec> = matrix
+        .phases()
+        .into_iter()
+        .filter(|p| p.scenario == "warm-uniform")
+        .collect();
+    assert_eq!(warm.len(), 2, "one warm-uniform phase per round");
+    for phase in &warm {
+        let mut options = options();
+        let off = simulate_phase_run(phase, &options, 0.0).unwrap();
+        assert!(off.kv_sync.is_none());
+        options.kv_sync = true;
+        let on = simulate_phase_run(phase, &options, 0.0).unwrap();
+        let name = &phase.name;
+        let stats = on.kv_sync.expect("sync is on");
+        assert_eq!(stats.error_count(), 0, "{name}: {}", stats.summary());
+        assert!(stats.events_applied > 0 && stats.blocks_added > 0, "{name}");
+        assert!(
+            on.result.good >= 95,
+            "{name}: {} good with sync",
+            on.result.good
+        );
+        assert!(
+            off.result.good + 20 <= on.result.good,
+            "{name}: {} good without sync, {} with",
+            off.result.good,
+            on.result.good
+        );
+        // Every measured decision matched a primed prefix.
+        for s in &on.served {
+            let decision = s.decision.as_ref().expect("routed");
+            assert!(decision.match_percent.is_some_and(|m| m >= 90), "{name}");
+        }
+    }
+}
+
+#[test]
+fn kv_sync_refuses_a_router_block_that_splits_engine_blocks() {
+    let mut options = options();
+    options.kv_sync = true;
+    options.router.block_size = 96; // 24 tokens: one and a half engine blocks of 16
+    let err = options
+        .cluster(rng_for(1, &["test"]))
+        .expect_err("misaligned");
+    assert!(err.to_string().contains("block_size (96 bytes)"), "{err}");
+    options.router.block_size = 192; // 3 engine blocks
+    assert!(options.cluster(rng_for(1, &["test"])).is_ok());
+}
