@@ -43,6 +43,8 @@ struct Variant {
     profile: EngineProfile,
     /// `SimOptions::kv_synced_priming`: the index also learns warm priming's direct requests.
     kv_synced_priming: bool,
+    /// `SimOptions::kv_sync`: the engines' KV-cache events feed the index (`PL_KV_SYNC=1`).
+    kv_sync: bool,
 }
 
 impl Variant {
@@ -53,6 +55,7 @@ impl Variant {
             matrix_edits: Vec::new(),
             profile: l20(),
             kv_synced_priming: false,
+            kv_sync: false,
         }
     }
 
@@ -98,6 +101,7 @@ impl Variant {
         options.replicas = self.replicas;
         options.router.prefix_load = weights.clone();
         options.kv_synced_priming = self.kv_synced_priming;
+        options.kv_sync = self.kv_sync;
         simulate_matrix(&matrix, &options, &mut |_, _| {})
             .map_err(|partial| partial.error)
             .expect("simulation completes")
@@ -340,7 +344,23 @@ fn sweep_variants() -> Vec<Variant> {
 #[test]
 #[ignore = "evaluation: minutes in release; see docs/POLICY.md"]
 fn evaluation_seed_matrix() {
-    assert!(evaluate(&Variant::seed_like()));
+    let variant = Variant::seed_like();
+    let variant = if pl_kv_sync() {
+        Variant {
+            name: format!("{} with KV-event sync", variant.name),
+            kv_sync: true,
+            ..variant
+        }
+    } else {
+        variant
+    };
+    assert!(evaluate(&variant));
+}
+
+/// `PL_KV_SYNC` set: the evaluations run with the simulator's KV-event sync
+/// ([`SimOptions::kv_sync`]), the engines' events feeding every route's index.
+fn pl_kv_sync() -> bool {
+    std::env::var_os("PL_KV_SYNC").is_some()
 }
 
 #[test]
@@ -447,6 +467,7 @@ fn trace_phase() {
     options.replicas = variant.replicas;
     options.router.prefix_load = weights;
     options.kv_synced_priming = variant.kv_synced_priming;
+    options.kv_sync = variant.kv_sync || pl_kv_sync();
     let (result, served) = simulate_phase_traced(&phase, &options, 0.0).expect("simulates");
     println!(
         "{} ({}): {} good; index family at pod selection match% outstanding ttft e2e good",
@@ -511,7 +532,8 @@ fn ensemble_matrix_text() -> String {
 /// each weight set of `PL_WEIGHTS`, prints each route's mean good per phase, the rounds in
 /// which `prefix-load` fell below the best other route, and prefix-load's mean good per
 /// round over all scenarios (docs/POLICY.md, "Over more rounds"). With `PL_KV_SYNCED` set,
-/// every route's index also learns warm priming ([`SimOptions::kv_synced_priming`]).
+/// every route's index also learns warm priming ([`SimOptions::kv_synced_priming`]); with
+/// `PL_KV_SYNC` set, the engines' KV events feed it ([`SimOptions::kv_sync`]).
 #[test]
 #[ignore = "evaluation: minutes in release"]
 fn evaluation_ensemble() {
@@ -522,6 +544,7 @@ fn evaluation_ensemble() {
             matrix_edits: vec![("families = 8 ".into(), format!("families = {families} "))],
             // The index also learns warm priming, as KV-event sync would.
             kv_synced_priming: std::env::var_os("PL_KV_SYNCED").is_some(),
+            kv_sync: pl_kv_sync(),
             ..Variant::seed_like()
         };
         let baselines = variant.run_on(&text, &ROUTES[..3], &PrefixLoadConfig::default());

@@ -323,3 +323,69 @@ fn kv_sync_refuses_a_router_block_that_splits_engine_blocks() {
     options.router.block_size = 192; // 3 engine blocks
     assert!(options.cluster(rng_for(1, &["test"])).is_ok());
 }
+
+/// The 16k-token sweep's failure: an engine evicts a prefix the router's index still lists.
+/// With sync the engine's `BlockRemoved` events make the index forget it; without, the
+/// router's own record of the routed request keeps it at 100 %.
+#[test]
+fn kv_sync_forgets_what_an_engine_evicts() {
+    use router_core::kv_sync::token_bytes;
+    let prompt = |tag: &str| -> String {
+        (0..640)
+            .map(|i| format!("{tag}{i}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for sync in [false, true] {
+        let mut options = options();
+        options.kv_sync = sync;
+        // 80 blocks of 16 tokens: room for one 640-token prompt (40 blocks) and its output,
+        // not for two, so the second evicts the first once the first is freed.
+        options.profile.num_gpu_blocks = 81;
+        options.profile.max_model_len = 1200;
+        let mut cluster = options.cluster(rng_for(1, &["test"])).unwrap();
+        let first = prompt("first");
+        let ids = mock_engine::tokenizer::encode(&first);
+        let bytes = token_bytes(&ids);
+        let text_or_tokens = if sync { Some(bytes.as_slice()) } else { None };
+        let request = router_core::RouteRequest {
+            model: &options.model,
+            text: &first,
+        };
+        let hashes = cluster
+            .router()
+            .request_hashes(&request, text_or_tokens)
+            .unwrap();
+        if sync {
+            // 640 token ids of 4 bytes in router blocks of 128 bytes.
+            assert_eq!(hashes.len(), 20);
+        }
+        let target = Target::RoutedOnto(Strategy::PrefixCache, 0);
+        cluster.run_one(first.clone(), 16, target).unwrap();
+        let owned = cluster.names().to_vec();
+        let names: Vec<&str> = owned.iter().map(String::as_str).collect();
+        let listed = |cluster: &SimCluster| {
+            cluster
+                .router()
+                .index()
+                .match_names(&options.model, &hashes, &names)
+        };
+        assert_eq!(listed(&cluster), vec![100, 0], "sync {sync}: routed there");
+        cluster
+            .run_one(prompt("second"), 16, Target::Direct(0))
+            .unwrap();
+        let after = listed(&cluster);
+        let stats = cluster.kv_sync_stats();
+        if sync {
+            let stats = stats.expect("sync is on");
+            assert!(after[0] < 100, "evicted blocks are forgotten: {after:?}");
+            assert!(
+                stats.blocks_removed > 0 && stats.error_count() == 0,
+                "{stats:?}"
+            );
+        } else {
+            assert!(stats.is_none());
+            assert_eq!(after, vec![100, 0], "without sync the index never forgets");
+        }
+    }
+}
