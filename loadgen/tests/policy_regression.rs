@@ -357,8 +357,9 @@ fn evaluation_seed_matrix() {
     assert!(evaluate(&variant));
 }
 
-/// `PL_KV_SYNC` set: the evaluations run with the simulator's KV-event sync
-/// ([`SimOptions::kv_sync`]), the engines' events feeding every route's index.
+/// `PL_KV_SYNC` set: the evaluations (seed matrix, sweeps, ensemble, trace) run with the
+/// simulator's KV-event sync ([`SimOptions::kv_sync`]), the engines' events feeding every
+/// route's index.
 fn pl_kv_sync() -> bool {
     std::env::var_os("PL_KV_SYNC").is_some()
 }
@@ -371,6 +372,11 @@ fn evaluation_robustness_sweeps() {
         if only.as_deref().is_some_and(|o| !variant.name.contains(o)) {
             continue;
         }
+        // PL_KV_SYNC: the 16k-token sweeps are where engines evict what the index lists.
+        let variant = Variant {
+            kv_sync: variant.kv_sync || pl_kv_sync(),
+            ..variant
+        };
         evaluate(&variant);
     }
 }
