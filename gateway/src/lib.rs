@@ -16,6 +16,8 @@
 pub mod admit;
 pub mod app;
 pub mod cli;
+#[cfg(test)]
+mod cli_tests;
 pub mod config;
 pub mod error;
 pub mod headers;
