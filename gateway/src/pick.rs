@@ -84,12 +84,12 @@ pub fn pick(
     let request = RouteRequest {
         model: &fields.model,
         text: &fields.text,
+        tokens,
     };
     let started = Instant::now();
-    let routed = state.router.route_with_tokens(
+    let routed = state.router.route(
         strategy,
         &request,
-        tokens,
         &candidates,
         &mut rand::rng(),
         state.clock.now_ms(),

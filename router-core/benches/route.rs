@@ -73,6 +73,7 @@ fn decision(c: &mut Criterion) {
         let request = RouteRequest {
             model: MODEL,
             text: &text,
+            tokens: None,
         };
         for (strategy, label) in [
             (Strategy::PrefixCache, "prefix-cache-20KB"),

@@ -26,6 +26,10 @@ pub struct RouteRequest<'a> {
     pub model: &'a str,
     /// The message text (see [`crate::text`]); empty for requests with no prompt text.
     pub text: &'a str,
+    /// The prompt as the engine tokenized it (KV-event sync): token ids as 4-byte big-endian
+    /// bytes ([`crate::kv_sync::token_bytes`]). When given it is hashed instead of `text`, so
+    /// the hashes equal those the engine's `BlockStored` events produce.
+    pub tokens: Option<&'a [u8]>,
 }
 
 /// A decision plus the guard that holds the request against the chosen pod.
@@ -94,14 +98,9 @@ impl Router {
         ))
     }
 
-    /// The request's block hashes: its engine tokens when given (token ids as 4-byte
-    /// big-endian bytes, [`crate::kv_sync::token_bytes`]), else its text tokenized.
-    pub fn request_hashes(
-        &self,
-        request: &RouteRequest<'_>,
-        tokens: Option<&[u8]>,
-    ) -> Result<Vec<u64>, TokenizeError> {
-        match tokens {
+    /// The request's block hashes: its engine tokens when given, else its text tokenized.
+    pub fn request_hashes(&self, request: &RouteRequest<'_>) -> Result<Vec<u64>, TokenizeError> {
+        match request.tokens {
             Some(bytes) => Ok(block_hashes(
                 bytes,
                 self.config.block_size,
@@ -148,22 +147,6 @@ impl Router {
         rng: &mut dyn RngCore,
         now: Millis,
     ) -> Result<Routed, RouteError> {
-        self.route_with_tokens(strategy, request, None, pods, rng, now)
-    }
-
-    /// [`route`](Self::route) for a prompt the engine has already tokenized (KV-event sync):
-    /// `tokens`, when given, is hashed instead of the request's text, so the hashes equal
-    /// those the engine's `BlockStored` events produce. A separate method rather than a
-    /// field of [`RouteRequest`] so that every struct-literal caller keeps compiling.
-    pub fn route_with_tokens(
-        &self,
-        strategy: Strategy,
-        request: &RouteRequest<'_>,
-        tokens: Option<&[u8]>,
-        pods: &[Candidate<'_>],
-        rng: &mut dyn RngCore,
-        now: Millis,
-    ) -> Result<Routed, RouteError> {
         if pods.is_empty() {
             return Err(RouteError::NoReadyPod(request.model.to_owned()));
         }
@@ -184,7 +167,7 @@ impl Router {
             });
         }
         let hashes = if strategy.uses_prefix_index() {
-            self.request_hashes(request, tokens)?
+            self.request_hashes(request)?
         } else {
             Vec::new()
         };
@@ -241,7 +224,11 @@ mod tests {
     use crate::tokenize::{TiktokenTokenizer, TokenizerKind};
 
     fn request(text: &str) -> RouteRequest<'_> {
-        RouteRequest { model: "m", text }
+        RouteRequest {
+            model: "m",
+            text,
+            tokens: None,
+        }
     }
 
     #[test]
@@ -255,14 +242,19 @@ mod tests {
         let request = RouteRequest {
             model: "m",
             text: "some other text entirely",
+            tokens: Some(&bytes),
+        };
+        let text_only = RouteRequest {
+            tokens: None,
+            ..request
         };
         assert_eq!(
-            router.request_hashes(&request, Some(&bytes)).unwrap(),
+            router.request_hashes(&request).unwrap(),
             block_hashes(&bytes, 8, 0)
         );
         assert_ne!(
-            router.request_hashes(&request, Some(&bytes)).unwrap(),
-            router.request_hashes(&request, None).unwrap()
+            router.request_hashes(&request).unwrap(),
+            router.request_hashes(&text_only).unwrap()
         );
         let (a, b) = (PodLoad::new(), PodLoad::new());
         let pods = [
@@ -277,14 +269,7 @@ mod tests {
         ];
         let mut rng = StdRng::seed_from_u64(0);
         let routed = router
-            .route_with_tokens(
-                Strategy::PrefixCache,
-                &request,
-                Some(&bytes),
-                &pods,
-                &mut rng,
-                0,
-            )
+            .route(Strategy::PrefixCache, &request, &pods, &mut rng, 0)
             .unwrap();
         assert_eq!(routed.decision.prefix_hashes, block_hashes(&bytes, 8, 0));
     }

@@ -148,6 +148,7 @@ impl Replayer {
         let request = RouteRequest {
             model: &model,
             text: &text,
+            tokens: None,
         };
         let routed = self
             .router

@@ -392,23 +392,19 @@ impl SimCluster {
                     .zip(&self.loads)
                     .map(|(name, load)| Candidate { name, load })
                     .collect();
-                let request = RouteRequest {
-                    model: &self.model,
-                    text: &arrival.text,
-                };
                 // With sync the gateway asks the engine's `/tokenize` and hashes those ids
                 // (4 bytes big-endian each), the bytes the engine's events carry.
                 let tokens = (self.sync.is_some() && strategy.uses_prefix_index())
                     .then(|| token_bytes(&prompt));
+                let request = RouteRequest {
+                    model: &self.model,
+                    text: &arrival.text,
+                    tokens: tokens.as_deref(),
+                };
                 let now_ms = (self.now * 1000.0) as u64;
-                let routed = self.router.route_with_tokens(
-                    strategy,
-                    &request,
-                    tokens.as_deref(),
-                    &candidates,
-                    &mut self.rng,
-                    now_ms,
-                )?;
+                let routed =
+                    self.router
+                        .route(strategy, &request, &candidates, &mut self.rng, now_ms)?;
                 record.target_pod = Some(routed.decision.pod_name.clone());
                 record.outstanding_at_selection = Some(routed.decision.outstanding_at_selection);
                 (

@@ -347,15 +347,12 @@ fn kv_sync_forgets_what_an_engine_evicts() {
         let first = prompt("first");
         let ids = mock_engine::tokenizer::encode(&first);
         let bytes = token_bytes(&ids);
-        let text_or_tokens = if sync { Some(bytes.as_slice()) } else { None };
         let request = router_core::RouteRequest {
             model: &options.model,
             text: &first,
+            tokens: sync.then_some(bytes.as_slice()),
         };
-        let hashes = cluster
-            .router()
-            .request_hashes(&request, text_or_tokens)
-            .unwrap();
+        let hashes = cluster.router().request_hashes(&request).unwrap();
         if sync {
             // 640 token ids of 4 bytes in router blocks of 128 bytes.
             assert_eq!(hashes.len(), 20);

@@ -317,7 +317,11 @@ fn route(
     let routed = router
         .route(
             Strategy::PrefixCache,
-            &RouteRequest { model: "m1", text },
+            &RouteRequest {
+                model: "m1",
+                text,
+                tokens: None,
+            },
             &pods.candidates(),
             rng,
             0,
