@@ -8,18 +8,10 @@
 use serde::Serialize;
 
 use super::envelope::{FullUsage, ResponseMeta, UsageCounts, to_json};
+use super::single_choice::SingleChoice;
 
 /// `object` of a streamed chat chunk.
 pub const CHUNK_OBJECT: &str = "chat.completion.chunk";
-
-#[derive(Serialize)]
-struct Chunk<'a> {
-    id: &'a str,
-    object: &'static str,
-    created: u64,
-    model: &'a str,
-    choices: [ChunkChoice<'a>; 1],
-}
 
 #[derive(Serialize)]
 struct ChunkChoice<'a> {
@@ -39,20 +31,16 @@ struct Delta<'a> {
 }
 
 fn chunk(meta: &ResponseMeta, delta: Delta<'_>, finish: Option<&str>) -> String {
-    to_json(&Chunk {
-        id: &meta.id,
-        object: CHUNK_OBJECT,
-        created: meta.created,
-        model: &meta.model,
-        choices: [ChunkChoice {
-            index: 0,
-            delta,
-            logprobs: None,
-            finish_reason: finish,
-            // `Some(None)` writes `"stop_reason":null`; only the finishing chunk sets it.
-            stop_reason: finish.map(|_| None),
-        }],
-    })
+    let choice = ChunkChoice {
+        index: 0,
+        delta,
+        logprobs: None,
+        finish_reason: finish,
+        // `Some(None)` writes `"stop_reason":null`; only the finishing chunk sets it.
+        stop_reason: finish.map(|_| None),
+    };
+    // A streamed chat chunk has nothing after its choice.
+    to_json(&SingleChoice::new(meta, CHUNK_OBJECT, choice, ()))
 }
 
 /// The first chunk of a stream, sent together with the first token.
@@ -79,13 +67,9 @@ pub fn token_chunk(meta: &ResponseMeta, text: &str, finish: Option<&str>) -> Str
     )
 }
 
+/// What follows the choice in the non-streamed body.
 #[derive(Serialize)]
-struct Body<'a> {
-    id: &'a str,
-    object: &'static str,
-    created: u64,
-    model: &'a str,
-    choices: [BodyChoice<'a>; 1],
+struct BodyTail {
     service_tier: Option<()>,
     system_fingerprint: Option<()>,
     usage: FullUsage,
@@ -116,33 +100,30 @@ struct Message<'a> {
 
 /// The non-streamed response body.
 pub fn full_body(meta: &ResponseMeta, text: &str, finish: &str, usage: &UsageCounts) -> String {
-    to_json(&Body {
-        id: &meta.id,
-        object: "chat.completion",
-        created: meta.created,
-        model: &meta.model,
-        choices: [BodyChoice {
-            index: 0,
-            message: Message {
-                role: "assistant",
-                content: text,
-                refusal: None,
-                annotations: None,
-                audio: None,
-                function_call: None,
-                tool_calls: [],
-                reasoning_content: None,
-            },
-            logprobs: None,
-            finish_reason: finish,
-            stop_reason: None,
-        }],
+    let choice = BodyChoice {
+        index: 0,
+        message: Message {
+            role: "assistant",
+            content: text,
+            refusal: None,
+            annotations: None,
+            audio: None,
+            function_call: None,
+            tool_calls: [],
+            reasoning_content: None,
+        },
+        logprobs: None,
+        finish_reason: finish,
+        stop_reason: None,
+    };
+    let tail = BodyTail {
         service_tier: None,
         system_fingerprint: None,
         usage: usage.full(),
         prompt_logprobs: None,
         kv_transfer_params: None,
-    })
+    };
+    to_json(&SingleChoice::new(meta, "chat.completion", choice, tail))
 }
 
 #[cfg(test)]

@@ -6,17 +6,14 @@
 use serde::Serialize;
 
 use super::envelope::{FullUsage, ResponseMeta, UsageCounts, to_json};
+use super::single_choice::SingleChoice;
 
 /// `object` of completion bodies and chunks.
 pub const OBJECT: &str = "text_completion";
 
+/// What follows the choice in a streamed chunk.
 #[derive(Serialize)]
-struct Chunk<'a> {
-    id: &'a str,
-    object: &'static str,
-    created: u64,
-    model: &'a str,
-    choices: [ChunkChoice<'a>; 1],
+struct ChunkTail {
     usage: Option<()>,
 }
 
@@ -31,29 +28,24 @@ struct ChunkChoice<'a> {
 
 /// One token's chunk; `finish` is set on the last token.
 pub fn token_chunk(meta: &ResponseMeta, text: &str, finish: Option<&str>) -> String {
-    to_json(&Chunk {
-        id: &meta.id,
-        object: OBJECT,
-        created: meta.created,
-        model: &meta.model,
-        choices: [ChunkChoice {
-            index: 0,
-            text,
-            logprobs: None,
-            finish_reason: finish,
-            stop_reason: None,
-        }],
-        usage: None,
-    })
+    let choice = ChunkChoice {
+        index: 0,
+        text,
+        logprobs: None,
+        finish_reason: finish,
+        stop_reason: None,
+    };
+    to_json(&SingleChoice::new(
+        meta,
+        OBJECT,
+        choice,
+        ChunkTail { usage: None },
+    ))
 }
 
+/// What follows the choice in the non-streamed body.
 #[derive(Serialize)]
-struct Body<'a> {
-    id: &'a str,
-    object: &'static str,
-    created: u64,
-    model: &'a str,
-    choices: [BodyChoice<'a>; 1],
+struct BodyTail {
     service_tier: Option<()>,
     system_fingerprint: Option<()>,
     usage: FullUsage,
@@ -72,24 +64,21 @@ struct BodyChoice<'a> {
 
 /// The non-streamed response body.
 pub fn full_body(meta: &ResponseMeta, text: &str, finish: &str, usage: &UsageCounts) -> String {
-    to_json(&Body {
-        id: &meta.id,
-        object: OBJECT,
-        created: meta.created,
-        model: &meta.model,
-        choices: [BodyChoice {
-            index: 0,
-            text,
-            logprobs: None,
-            finish_reason: finish,
-            stop_reason: None,
-            prompt_logprobs: None,
-        }],
+    let choice = BodyChoice {
+        index: 0,
+        text,
+        logprobs: None,
+        finish_reason: finish,
+        stop_reason: None,
+        prompt_logprobs: None,
+    };
+    let tail = BodyTail {
         service_tier: None,
         system_fingerprint: None,
         usage: usage.full(),
         kv_transfer_params: None,
-    })
+    };
+    to_json(&SingleChoice::new(meta, OBJECT, choice, tail))
 }
 
 #[cfg(test)]

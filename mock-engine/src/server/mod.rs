@@ -10,8 +10,8 @@
 //! process if they like.
 //!
 //! Inside, one file per concern: [`routes`] (the router and small endpoints), `generation`
-//! (the two completion endpoints), `request` (body parsing), `chat`/`completions`/`envelope`
-//! (response shapes), `sse` (bodies), `engine_driver` (the model in real time),
+//! (the two completion endpoints), `request` (body parsing), `chat`/`completions`/`envelope`/
+//! `single_choice` (response shapes), `sse` (bodies), `engine_driver` (the model in real time),
 //! `metrics_text` (Prometheus), [`failures`] (injection) and `api_error` (vLLM's error shape).
 
 mod api_error;
@@ -25,6 +25,7 @@ mod metrics_text;
 mod replica;
 mod request;
 pub mod routes;
+mod single_choice;
 mod sse;
 
 use std::net::SocketAddr;
