@@ -25,12 +25,13 @@ use axum::routing::{get, post};
 use gateway::config::{DiscoveryKind, GatewayConfig};
 use gateway::{GatewayHandle, start};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+
+mod support;
+
+use support::{HttpClient, http_client, loopback_config};
 
 /// Bound on every wait; generous for a loaded CI machine.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -205,12 +206,8 @@ impl Upstream {
 }
 
 fn config(api: &FakeApi) -> GatewayConfig {
-    let mut config = GatewayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        metrics_listen: "127.0.0.1:0".parse().unwrap(),
-        default_strategy: "least-request".to_owned(),
-        ..GatewayConfig::default()
-    };
+    let mut config = loopback_config();
+    config.default_strategy = "least-request".to_owned();
     config.discovery.kind = DiscoveryKind::Kubernetes;
     config.discovery.namespace = Some("llm".to_owned());
     config.discovery.models = vec![MODEL.to_owned()];
@@ -219,7 +216,6 @@ fn config(api: &FakeApi) -> GatewayConfig {
     config.discovery.backoff_max_ms = 50;
     config.health.interval_ms = 50;
     config.health.timeout_ms = 500;
-    config.engine_scrape.enabled = false;
     config
 }
 
@@ -245,12 +241,6 @@ async fn wait_for_replicas(gateway: &GatewayHandle, expected: &[&str]) {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-}
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build_http()
 }
 
 fn chat(gateway: &GatewayHandle, stream: bool) -> http::Request<Full<Bytes>> {
@@ -304,7 +294,7 @@ async fn the_first_list_makes_only_routable_pods_replicas() {
     let query = api.state.list_queries.lock().unwrap()[0].clone();
     assert_eq!(query, "labelSelector=model.aibrix.ai%2Fname%3Dm");
 
-    let client = client();
+    let client = http_client();
     for _ in 0..4 {
         assert_eq!(
             route_one(&client, &gateway).await,
@@ -325,7 +315,7 @@ async fn watch_events_add_and_remove_pods_and_a_dropped_watch_resumes() {
     let (a, b) = (Upstream::start().await, Upstream::start().await);
     let mut api = FakeApi::start(vec![pod("pod-a", a.port, true, "1")], "10").await;
     let gateway = start(config(&api)).await.unwrap();
-    let client = client();
+    let client = http_client();
     assert_eq!(replica_names(&gateway), ["pod-a"]);
 
     let watch = api.next_watch().await;
@@ -449,7 +439,7 @@ async fn a_terminating_pod_gets_no_new_requests_and_its_stream_finishes() {
     let (mut a, b) = (Upstream::start().await, Upstream::start().await);
     let mut api = FakeApi::start(vec![pod("pod-a", a.port, true, "1")], "10").await;
     let gateway = start(config(&api)).await.unwrap();
-    let client = client();
+    let client = http_client();
     let watch = api.next_watch().await;
 
     // A stream in flight on pod-a.
@@ -520,7 +510,7 @@ async fn health_checks_cover_discovered_pods() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let (status, _) = route_one(&client(), &gateway).await;
+    let (status, _) = route_one(&http_client(), &gateway).await;
     assert_eq!(status, 503);
     gateway.shutdown().await;
 }
@@ -530,17 +520,13 @@ async fn an_unreachable_api_server_is_not_a_start_error_and_serves_503() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = closed.local_addr().unwrap();
     drop(closed);
-    let mut config = GatewayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        metrics_listen: "127.0.0.1:0".parse().unwrap(),
-        ..GatewayConfig::default()
-    };
+    let mut config = loopback_config();
     config.discovery.kind = DiscoveryKind::Kubernetes;
     config.discovery.namespace = Some("llm".to_owned());
     config.discovery.api_server = Some(format!("http://{addr}"));
     let gateway = start(config).await.unwrap();
     assert!(gateway.replicas().is_empty());
-    let ready = client()
+    let ready = http_client()
         .get(format!("{}/ready", gateway.url()).parse().unwrap())
         .await
         .unwrap();

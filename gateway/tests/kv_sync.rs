@@ -21,26 +21,21 @@ use bytes::Bytes;
 use gateway::config::BackendConfig;
 use gateway::{GatewayConfig, GatewayHandle};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use mock_engine::kv_events::wire::{encode_batch, seq_frame};
 use mock_engine::model::EngineProfile;
 use mock_engine::model::kv_events::KvEvent;
 use mock_engine::server::{FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica};
 use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
 
-const MODEL: &str = "mock-model";
-/// Bound on every wait; generous for a loaded CI machine.
-const DEADLINE: Duration = Duration::from_secs(30);
+mod support;
+
+use support::{
+    DEADLINE, HttpClient, MOCK_MODEL, embedded_config, http_client, loopback_config, metrics,
+    sample,
+};
+
 /// Tokens per block in the `fast` profile (vLLM's default 16).
 const ENGINE_BLOCK: usize = 16;
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
-}
 
 struct Answer {
     status: u16,
@@ -83,22 +78,6 @@ async fn call(
     }
 }
 
-async fn metrics(client: &HttpClient, gateway: &GatewayHandle) -> String {
-    let url = format!("http://{}/metrics", gateway.metrics_addr());
-    let answer = call(client, "GET", &url, &[], String::new()).await;
-    String::from_utf8(answer.body.to_vec()).unwrap()
-}
-
-/// The value of the sample `name{labels}` (0 if absent).
-fn sample(text: &str, name_and_labels: &str) -> f64 {
-    text.lines()
-        .find_map(|line| {
-            line.strip_prefix(name_and_labels)
-                .and_then(|rest| rest.trim().parse::<f64>().ok())
-        })
-        .unwrap_or(0.0)
-}
-
 /// Polls the gateway's metrics until `condition` holds on them, up to [`DEADLINE`].
 async fn wait_for_metrics(
     client: &HttpClient,
@@ -120,13 +99,8 @@ async fn wait_for_metrics(
     }
 }
 
-fn base_config() -> GatewayConfig {
-    let mut config = GatewayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        metrics_listen: "127.0.0.1:0".parse().unwrap(),
-        ..GatewayConfig::default()
-    };
-    config.engine_scrape.enabled = false;
+/// `config` with health checks and KV-event reconnects quick enough for a test.
+fn with_quick_retries(mut config: GatewayConfig) -> GatewayConfig {
     config.health.interval_ms = 50;
     config.kv_sync.socket_timeout_ms = 500;
     config.kv_sync.initial_backoff_ms = 50;
@@ -134,12 +108,20 @@ fn base_config() -> GatewayConfig {
     config
 }
 
-fn embedded_config(kv_sync: bool) -> GatewayConfig {
-    let mut config = base_config();
-    config.embedded.mock_engines = 2;
-    config.embedded.engine_profile = "fast".to_owned();
-    config.embedded.time_scale = 10.0;
-    config.embedded.served_model = MODEL.to_owned();
+/// A gateway in front of static `backends`, subscribed to KV events on `events_port` of
+/// each (no replay socket: the tests' publishers have none).
+fn static_engines_config(backends: Vec<BackendConfig>, events_port: u16) -> GatewayConfig {
+    let mut config = with_quick_retries(loopback_config());
+    config.backends = backends;
+    config.kv_sync.enabled = true;
+    config.kv_sync.port = events_port;
+    config.kv_sync.replay_port = 0;
+    config
+}
+
+/// A gateway with two embedded mock engines, KV-event sync on or off.
+fn two_engines(kv_sync: bool) -> GatewayConfig {
+    let mut config = with_quick_retries(embedded_config(2));
     config.kv_sync.enabled = kv_sync;
     config
 }
@@ -153,7 +135,7 @@ fn prompt(tag: &str, words: usize) -> String {
 }
 
 fn completion(prompt: &str) -> String {
-    serde_json::json!({"model": MODEL, "prompt": prompt, "max_tokens": 1}).to_string()
+    serde_json::json!({"model": MOCK_MODEL, "prompt": prompt, "max_tokens": 1}).to_string()
 }
 
 /// Sends `prompt` straight to the replica at `authority`, bypassing the gateway.
@@ -186,7 +168,7 @@ fn decisions(text: &str, bucket: &str, kv_sync: bool) -> f64 {
     sample(
         text,
         &format!(
-            "aibrix_prefix_cache_routing_decisions_total{{match_percent_bucket=\"{bucket}\",model=\"{MODEL}\",using_kv_sync=\"{kv_sync}\"}}"
+            "aibrix_prefix_cache_routing_decisions_total{{match_percent_bucket=\"{bucket}\",model=\"{MOCK_MODEL}\",using_kv_sync=\"{kv_sync}\"}}"
         ),
     )
 }
@@ -225,8 +207,8 @@ async fn prime_and_route(
 
 #[tokio::test]
 async fn a_prompt_cached_directly_on_an_engine_is_routed_to_it() {
-    let client = client();
-    let gateway = gateway::start(embedded_config(true)).await.unwrap();
+    let client = http_client();
+    let gateway = gateway::start(two_engines(true)).await.unwrap();
     for (primed, chosen, percent) in prime_and_route(&client, &gateway, true).await {
         assert_eq!(
             chosen, primed,
@@ -266,8 +248,8 @@ async fn a_prompt_cached_directly_on_an_engine_is_routed_to_it() {
 
 #[tokio::test]
 async fn subscriptions_renewed_after_idling_replay_and_keep_routing() {
-    let client = client();
-    let mut config = embedded_config(true);
+    let client = http_client();
+    let mut config = two_engines(true);
     // Renew every 50 ms of silence: many sessions, each replaying from the next seq.
     config.kv_sync.idle_resubscribe_ms = 50;
     let gateway = gateway::start(config).await.unwrap();
@@ -308,8 +290,8 @@ async fn subscriptions_renewed_after_idling_replay_and_keep_routing() {
 
 #[tokio::test]
 async fn without_sync_the_same_prompts_find_no_match() {
-    let client = client();
-    let gateway = gateway::start(embedded_config(false)).await.unwrap();
+    let client = http_client();
+    let gateway = gateway::start(two_engines(false)).await.unwrap();
     for (_, _, percent) in prime_and_route(&client, &gateway, false).await {
         assert_eq!(percent, "0", "the index never saw the engines' own caches");
     }
@@ -329,7 +311,7 @@ async fn static_engines() -> (ReplicaHandle, ReplicaHandle, Vec<BackendConfig>) 
         let handle = spawn_replica(ReplicaConfig {
             name: name.to_owned(),
             listen: "127.0.0.1:0".parse().unwrap(),
-            model: MODEL.to_owned(),
+            model: MOCK_MODEL.to_owned(),
             profile: profile.clone(),
             time_scale: 10.0,
             failures: FailurePlan::default(),
@@ -343,7 +325,7 @@ async fn static_engines() -> (ReplicaHandle, ReplicaHandle, Vec<BackendConfig>) 
         .map(|h| BackendConfig {
             name: h.name().to_owned(),
             url: h.url(),
-            model: Some(MODEL.to_owned()),
+            model: Some(MOCK_MODEL.to_owned()),
         })
         .collect();
     let b = handles.pop().unwrap();
@@ -353,7 +335,7 @@ async fn static_engines() -> (ReplicaHandle, ReplicaHandle, Vec<BackendConfig>) 
 
 /// The engine's ids for a completion prompt (the same `/tokenize` the gateway calls).
 async fn engine_ids(client: &HttpClient, engine: &ReplicaHandle, prompt: &str) -> Vec<u32> {
-    let body = serde_json::json!({"model": MODEL, "prompt": prompt}).to_string();
+    let body = serde_json::json!({"model": MOCK_MODEL, "prompt": prompt}).to_string();
     let answer = call(
         client,
         "POST",
@@ -393,7 +375,7 @@ fn last_seq(text: &str, pod: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn a_restarted_publisher_drops_the_old_blocks_and_routing_goes_on() {
-    let client = client();
+    let client = http_client();
     let mut publisher = PubSocket::new();
     let endpoint = publisher.bind("tcp://127.0.0.1:0").await.unwrap();
     let port: u16 = endpoint
@@ -404,11 +386,7 @@ async fn a_restarted_publisher_drops_the_old_blocks_and_routing_goes_on() {
         .parse()
         .unwrap();
     let (a, b, backends) = static_engines().await;
-    let mut config = base_config();
-    config.backends = backends;
-    config.kv_sync.enabled = true;
-    config.kv_sync.port = port;
-    config.kv_sync.replay_port = 0;
+    let config = static_engines_config(backends, port);
     let gateway = gateway::start(config).await.unwrap();
 
     // Empty batches until both subscriptions are live (a PUB drops what it sends before a
@@ -467,7 +445,7 @@ async fn a_restarted_publisher_drops_the_old_blocks_and_routing_goes_on() {
 
 #[tokio::test]
 async fn a_closed_events_port_costs_counted_errors_and_nothing_else() {
-    let client = client();
+    let client = http_client();
     // A port nothing listens on: bound, read, released.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -475,11 +453,7 @@ async fn a_closed_events_port_costs_counted_errors_and_nothing_else() {
         .unwrap()
         .port();
     let (a, b, backends) = static_engines().await;
-    let mut config = base_config();
-    config.backends = backends;
-    config.kv_sync.enabled = true;
-    config.kv_sync.port = closed;
-    config.kv_sync.replay_port = 0;
+    let mut config = static_engines_config(backends, closed);
     config.kv_sync.socket_timeout_ms = 100;
     let gateway = gateway::start(config).await.unwrap();
     wait_for_metrics(&client, &gateway, "connect errors on both pods", |m| {

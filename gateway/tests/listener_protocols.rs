@@ -34,24 +34,11 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
-const MOCK_MODEL: &str = "mock-model";
-const GATED_MODEL: &str = "gated-model";
-/// Bound on every wait; generous for a loaded CI machine.
-const DEADLINE: Duration = Duration::from_secs(30);
+mod support;
 
-fn config() -> GatewayConfig {
-    let mut config = GatewayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        metrics_listen: "127.0.0.1:0".parse().unwrap(),
-        ..GatewayConfig::default()
-    };
-    config.embedded.mock_engines = 1;
-    config.embedded.engine_profile = "fast".to_owned();
-    config.embedded.time_scale = 10.0;
-    config.embedded.served_model = MOCK_MODEL.to_owned();
-    config.engine_scrape.enabled = false;
-    config
-}
+use support::{DEADLINE, MOCK_MODEL, embedded_config, serve_replica, wait_released, wait_until};
+
+const GATED_MODEL: &str = "gated-model";
 
 fn chat(model: &str, stream: bool) -> Bytes {
     let body = serde_json::json!({
@@ -70,19 +57,34 @@ fn post(gateway: &GatewayHandle, body: Bytes) -> Request<Full<Bytes>> {
         .unwrap()
 }
 
+/// Sends a chat request for `model` on an HTTP/2 connection; its response, body unread.
+async fn h2_chat(
+    h2: &mut http2::SendRequest<Full<Bytes>>,
+    gateway: &GatewayHandle,
+    model: &str,
+    stream: bool,
+) -> Response<Incoming> {
+    let request = post(gateway, chat(model, stream));
+    within("an HTTP/2 response", h2.send_request(request))
+        .await
+        .unwrap()
+}
+
+/// Sends a non-streamed chat request for [`MOCK_MODEL`] on an HTTP/1.1 connection.
+async fn h1_chat(
+    h1: &mut http1::SendRequest<Full<Bytes>>,
+    gateway: &GatewayHandle,
+) -> Response<Incoming> {
+    let request = post(gateway, chat(MOCK_MODEL, false));
+    within("an HTTP/1.1 response", h1.send_request(request))
+        .await
+        .unwrap()
+}
+
 async fn within<F: std::future::Future>(what: &str, future: F) -> F::Output {
     tokio::time::timeout(DEADLINE, future)
         .await
         .unwrap_or_else(|_| panic!("{what} did not happen within {DEADLINE:?}"))
-}
-
-/// Polls `condition` until it holds, bounded by [`DEADLINE`].
-async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while !condition() {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// An HTTP/2 client connection over `io` (prior knowledge, or after ALPN chose h2).
@@ -160,25 +162,15 @@ async fn assert_ok(response: Response<Incoming>, version: Version) -> serde_json
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2c_and_http1_share_the_cleartext_port() {
-    let gateway = gateway::start(config()).await.unwrap();
+    let gateway = gateway::start(embedded_config(1)).await.unwrap();
     assert!(gateway.url().starts_with("http://"));
 
     let mut h2 = h2_client(TcpStream::connect(gateway.addr()).await.unwrap()).await;
-    let response = within(
-        "h2c answer",
-        h2.send_request(post(&gateway, chat(MOCK_MODEL, false))),
-    )
-    .await
-    .unwrap();
+    let response = h2_chat(&mut h2, &gateway, MOCK_MODEL, false).await;
     let answer = assert_ok(response, Version::HTTP_2).await;
     assert_eq!(answer["object"], "chat.completion");
 
-    let response = within(
-        "h2c stream",
-        h2.send_request(post(&gateway, chat(MOCK_MODEL, true))),
-    )
-    .await
-    .unwrap();
+    let response = h2_chat(&mut h2, &gateway, MOCK_MODEL, true).await;
     assert_eq!(response.status(), 200);
     let content_type = response.headers()["content-type"].to_str().unwrap();
     assert!(
@@ -188,18 +180,10 @@ async fn h2c_and_http1_share_the_cleartext_port() {
     assert_streamed(&frames(response.into_body()).await);
 
     let mut h1 = h1_client(TcpStream::connect(gateway.addr()).await.unwrap()).await;
-    let response = within(
-        "HTTP/1.1 answer",
-        h1.send_request(post(&gateway, chat(MOCK_MODEL, false))),
-    )
-    .await
-    .unwrap();
+    let response = h1_chat(&mut h1, &gateway).await;
     assert_ok(response, Version::HTTP_11).await;
 
-    wait_until("outstanding back to zero", || {
-        gateway.total_outstanding() == 0
-    })
-    .await;
+    wait_released(&gateway).await;
     gateway.shutdown().await;
 }
 
@@ -238,7 +222,7 @@ impl TestCertificate {
     }
 
     fn config(&self) -> GatewayConfig {
-        let mut config = config();
+        let mut config = embedded_config(1);
         config.tls.cert_file = Some(self.cert_file.clone());
         config.tls.key_file = Some(self.key_file.clone());
         config
@@ -282,30 +266,15 @@ async fn tls_serves_h2_and_http1_by_alpn_and_metrics_stay_plain() {
 
     let tls = certificate.connect(gateway.addr(), b"h2").await;
     let mut h2 = h2_client(tls).await;
-    let response = within(
-        "h2 answer",
-        h2.send_request(post(&gateway, chat(MOCK_MODEL, false))),
-    )
-    .await
-    .unwrap();
+    let response = h2_chat(&mut h2, &gateway, MOCK_MODEL, false).await;
     assert_ok(response, Version::HTTP_2).await;
-    let response = within(
-        "h2 stream",
-        h2.send_request(post(&gateway, chat(MOCK_MODEL, true))),
-    )
-    .await
-    .unwrap();
+    let response = h2_chat(&mut h2, &gateway, MOCK_MODEL, true).await;
     assert_eq!(response.status(), 200);
     assert_streamed(&frames(response.into_body()).await);
 
     let tls = certificate.connect(gateway.addr(), b"http/1.1").await;
     let mut h1 = h1_client(tls).await;
-    let response = within(
-        "HTTP/1.1 answer",
-        h1.send_request(post(&gateway, chat(MOCK_MODEL, false))),
-    )
-    .await
-    .unwrap();
+    let response = h1_chat(&mut h1, &gateway).await;
     assert_ok(response, Version::HTTP_11).await;
 
     // The metrics listener is plain HTTP whatever the API listener does.
@@ -316,10 +285,7 @@ async fn tls_serves_h2_and_http1_by_alpn_and_metrics_stay_plain() {
     let response = within("metrics", plain.send_request(scrape)).await.unwrap();
     assert_eq!(response.status(), 200);
 
-    wait_until("outstanding back to zero", || {
-        gateway.total_outstanding() == 0
-    })
-    .await;
+    wait_released(&gateway).await;
     gateway.shutdown().await;
 }
 
@@ -355,12 +321,7 @@ async fn a_plain_http_client_on_the_tls_port_does_not_stop_the_next_tls_client()
 
     let tls = certificate.connect(gateway.addr(), b"h2").await;
     let mut h2 = h2_client(tls).await;
-    let response = within(
-        "h2 answer",
-        h2.send_request(post(&gateway, chat(MOCK_MODEL, false))),
-    )
-    .await
-    .unwrap();
+    let response = h2_chat(&mut h2, &gateway, MOCK_MODEL, false).await;
     assert_ok(response, Version::HTTP_2).await;
     gateway.shutdown().await;
 }
@@ -431,32 +392,17 @@ impl GatedReplica {
                     .unwrap()
             }
         };
-        let app = axum::Router::new()
-            .route("/health", axum::routing::get(|| async { "ok" }))
-            .route(
-                "/v1/models",
-                axum::routing::get(|| async {
-                    axum::Json(serde_json::json!({"object": "list", "data": [{"id": GATED_MODEL}]}))
-                }),
-            )
-            .route("/v1/chat/completions", axum::routing::post(chat));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let endpoints =
+            axum::Router::new().route("/v1/chat/completions", axum::routing::post(chat));
         GatedReplica {
-            backend: BackendConfig {
-                name: "gated".to_owned(),
-                url: format!("http://{addr}"),
-                model: Some(GATED_MODEL.to_owned()),
-            },
+            backend: serve_replica("gated", GATED_MODEL, endpoints).await,
             gate,
             streaming,
         }
     }
 
     fn config(&self) -> GatewayConfig {
-        let mut config = config();
-        config.embedded.mock_engines = 0;
+        let mut config = embedded_config(0);
         config.backends.push(self.backend.clone());
         config
     }
@@ -471,12 +417,7 @@ async fn gated_stream(
     gateway: &GatewayHandle,
     h2: &mut http2::SendRequest<Full<Bytes>>,
 ) -> Incoming {
-    let response = within(
-        "the gated stream",
-        h2.send_request(post(gateway, chat(GATED_MODEL, true))),
-    )
-    .await
-    .unwrap();
+    let response = h2_chat(h2, gateway, GATED_MODEL, true).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.version(), Version::HTTP_2);
     let mut body = response.into_body();

@@ -15,34 +15,24 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use bytes::Bytes;
 use gateway::{GatewayConfig, GatewayHandle};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
-const MODEL: &str = "mock-model";
+mod support;
+
+use support::{
+    DEADLINE, HttpClient, MOCK_MODEL, embedded_config, http_client, metrics, serve_replica,
+    wait_released,
+};
+
 const BURST: u64 = 10_000;
-/// Bound on every wait in this test; generous for a loaded CI machine.
-const DEADLINE: Duration = Duration::from_secs(30);
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
+/// One embedded mock engine; every tenant's bucket holds [`BURST`] tokens, refilled at 1/s.
 fn config() -> GatewayConfig {
-    let mut config = GatewayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        metrics_listen: "127.0.0.1:0".parse().unwrap(),
-        ..GatewayConfig::default()
-    };
-    config.embedded.mock_engines = 1;
-    config.embedded.engine_profile = "fast".to_owned();
-    config.embedded.time_scale = 10.0;
-    config.embedded.served_model = MODEL.to_owned();
-    config.engine_scrape.enabled = false;
+    let mut config = embedded_config(1);
     config.admission.tenant_tokens_per_second = 1;
     config.admission.tenant_token_burst = BURST;
     config
@@ -78,7 +68,7 @@ async fn json(response: http::Response<Incoming>) -> serde_json::Value {
 
 fn completion(prompt: &str, max_tokens: u64, stream: bool) -> String {
     serde_json::json!({
-        "model": MODEL,
+        "model": MOCK_MODEL,
         "prompt": prompt,
         "max_tokens": max_tokens,
         "stream": stream,
@@ -86,32 +76,10 @@ fn completion(prompt: &str, max_tokens: u64, stream: bool) -> String {
     .to_string()
 }
 
-/// Waits (bounded) until no response is outstanding: tokens settle when the body is released.
-async fn wait_released(gateway: &GatewayHandle) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while gateway.total_outstanding() > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "outstanding counts never returned to zero"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-async fn metrics(client: &HttpClient, gateway: &GatewayHandle) -> String {
-    let request = http::Request::builder()
-        .uri(format!("http://{}/metrics", gateway.metrics_addr()))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let response = client.request(request).await.unwrap();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    String::from_utf8(bytes.to_vec()).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_over_its_token_rate_gets_429_while_another_passes() {
     let gateway = gateway::start(config()).await.unwrap();
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let client = http_client();
 
     // B: 400 words of 16 bytes (6 799 bytes, estimated at 1 700 prompt tokens) + 8 completion
     // tokens. The mock counts one token per word, so usage says about 408 in all.
@@ -198,32 +166,17 @@ async fn a_tenant_over_its_token_rate_gets_429_while_another_passes() {
 /// A replica that is healthy but refuses every completion with 503 (as vLLM does while
 /// overloaded), counting the completions it refused.
 async fn refusing_replica(name: &str, refused: Arc<AtomicUsize>) -> gateway::config::BackendConfig {
-    let app = axum::Router::new()
-        .route("/health", axum::routing::get(|| async { "ok" }))
-        .route(
-            "/v1/models",
-            axum::routing::get(|| async {
-                axum::Json(serde_json::json!({"object": "list", "data": [{"id": MODEL}]}))
-            }),
-        )
-        .route(
-            "/v1/completions",
-            axum::routing::post(move || {
-                let refused = Arc::clone(&refused);
-                async move {
-                    refused.fetch_add(1, Ordering::SeqCst);
-                    (http::StatusCode::SERVICE_UNAVAILABLE, "overloaded")
-                }
-            }),
-        );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    gateway::config::BackendConfig {
-        name: name.to_owned(),
-        url: format!("http://{addr}"),
-        model: Some(MODEL.to_owned()),
-    }
+    let endpoints = axum::Router::new().route(
+        "/v1/completions",
+        axum::routing::post(move || {
+            let refused = Arc::clone(&refused);
+            async move {
+                refused.fetch_add(1, Ordering::SeqCst);
+                (http::StatusCode::SERVICE_UNAVAILABLE, "overloaded")
+            }
+        }),
+    );
+    serve_replica(name, MOCK_MODEL, endpoints).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,7 +191,7 @@ async fn a_request_no_replica_took_gets_its_tokens_back_once_whatever_the_retrie
     }
     config.upstream.max_retries = 1;
     let gateway = gateway::start(config).await.unwrap();
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let client = http_client();
 
     // 9 001 of the 10 000 tokens: a second charge, or no refund, would leave under 1 000.
     let body = completion("hi", 9_000, false);
