@@ -4,10 +4,14 @@
 //!   the `x-fake` header (forwarded by the gateway like any client header): stream slowly,
 //!   answer a status, hang, or drop the connection mid-stream. It records what it received
 //!   and counts requests in flight, so tests can see a cancelled upstream request.
-//! - [`gateway_config`] / [`start_gateway`]: a gateway on port 0 in front of given replicas;
+//! - [`gateway_config`] / [`start_gateway`]: a gateway on port 0 in front of given replicas
+//!   ([`gateway_with_one_upstream`] / [`gateway_with_two_upstreams`] make those replicas too);
 //!   [`mock_gateway_config`]: one with embedded mock-engine replicas.
-//! - [`Client`]: a plain HTTP/1 client for requests, streams and `/metrics` scrapes.
-//! - [`wait_until`]: waits on a condition with a bounded deadline (never sleep-and-hope).
+//! - [`Client`]: a plain HTTP/1 client for requests, streams and `/metrics` scrapes, with
+//!   [`Client::chat`] / [`Client::chat_stream`] for the chat path most tests use.
+//! - [`sse_events`] / [`assert_ends_with_done`]: what a streamed answer holds and how it ends.
+//! - [`wait_until`]: waits on a condition with a bounded deadline (never sleep-and-hope);
+//!   [`shutdown_once_released`] ends a test whose responses must have released their pods.
 //!
 //! `x-fake` values: `sse:N:MS` (N token events MS apart, then `[DONE]`; the default is
 //! `sse:3:0` for streams), `json` (one JSON body, the default without `"stream":true`),
@@ -40,6 +44,9 @@ pub const MODEL: &str = "fake-model";
 
 /// The model the embedded mock engines serve.
 pub const MOCK_MODEL: &str = "mock-model";
+
+/// The gateway's chat path, where most end-to-end requests go.
+pub const CHAT_PATH: &str = "/v1/chat/completions";
 
 /// What a fake upstream saw.
 #[derive(Debug, Default)]
@@ -275,6 +282,21 @@ pub async fn start_gateway(upstreams: &[&FakeUpstream]) -> GatewayHandle {
     .unwrap()
 }
 
+/// A fake upstream named `a` and a gateway in front of it alone.
+pub async fn gateway_with_one_upstream() -> (FakeUpstream, GatewayHandle) {
+    let a = FakeUpstream::start("a").await;
+    let gateway = start_gateway(&[&a]).await;
+    (a, gateway)
+}
+
+/// Fake upstreams named `a` and `b` and a gateway in front of both.
+pub async fn gateway_with_two_upstreams() -> (FakeUpstream, FakeUpstream, GatewayHandle) {
+    let a = FakeUpstream::start("a").await;
+    let b = FakeUpstream::start("b").await;
+    let gateway = start_gateway(&[&a, &b]).await;
+    (a, b, gateway)
+}
+
 /// Waits until `condition` holds, checking every few milliseconds, for at most 10 s.
 pub async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -296,6 +318,13 @@ pub async fn wait_outstanding_zero(gateway: &GatewayHandle) {
         gateway.total_outstanding() == 0
     })
     .await;
+}
+
+/// Waits until every replica behind `gateway` has no outstanding request, then shuts it
+/// down: how a test ends once it has checked that its responses released their pods.
+pub async fn shutdown_once_released(gateway: GatewayHandle) {
+    wait_outstanding_zero(&gateway).await;
+    gateway.shutdown().await;
 }
 
 /// A chat request body for the fake upstreams' model.
@@ -404,6 +433,37 @@ impl Client {
             .await
     }
 
+    /// POSTs a JSON body to the gateway's `/v1/chat/completions`.
+    pub async fn chat(
+        &self,
+        gateway: &GatewayHandle,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Answer {
+        self.post(gateway, CHAT_PATH, headers, body).await
+    }
+
+    /// POSTs a JSON body to the gateway's `/v1/chat/completions` and returns as soon as the
+    /// head arrives, its body still streaming: for tests that hold a stream open, read it
+    /// frame by frame, or leave in the middle.
+    pub async fn chat_stream(
+        &self,
+        gateway: &GatewayHandle,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> http::Response<hyper::body::Incoming> {
+        let mut all = vec![("content-type", "application/json")];
+        all.extend_from_slice(headers);
+        let url = format!("{}{CHAT_PATH}", gateway.url());
+        self.send("POST", &url, &all, body).await
+    }
+
+    /// GETs the gateway's `path` (on the API listener).
+    pub async fn get(&self, gateway: &GatewayHandle, path: &str) -> Answer {
+        let url = format!("{}{path}", gateway.url());
+        self.call("GET", &url, &[], Bytes::new()).await
+    }
+
     /// The gateway's `/metrics` text.
     pub async fn metrics(&self, gateway: &GatewayHandle) -> String {
         let url = format!("http://{}/metrics", gateway.metrics_addr());
@@ -421,4 +481,17 @@ pub fn sample_value(text: &str, name_and_labels: &str) -> f64 {
                 .and_then(|rest| rest.trim().parse::<f64>().ok())
         })
         .unwrap_or(0.0)
+}
+
+/// The events of a whole SSE body, in order, each without its blank-line separator
+/// (`data: [DONE]` included as is).
+pub fn sse_events(text: &str) -> Vec<&str> {
+    text.split("\n\n").filter(|e| !e.is_empty()).collect()
+}
+
+/// Asserts that a streamed answer ended normally: its last event is `data: [DONE]`.
+#[track_caller]
+pub fn assert_ends_with_done(answer: &Answer) {
+    let text = answer.text();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
 }

@@ -4,8 +4,9 @@
 
 use http_body_util::BodyExt;
 use prefixgate_tests::{
-    Answer, Client, FakeUpstream, MODEL, chat_body, chat_body_for, gateway_config, sample_value,
-    start_gateway, wait_outstanding_zero, wait_until,
+    Answer, Client, FakeUpstream, MODEL, chat_body, chat_body_for, gateway_config,
+    gateway_with_one_upstream, gateway_with_two_upstreams, sample_value, shutdown_once_released,
+    wait_outstanding_zero, wait_until,
 };
 
 /// A loopback address nothing listens on (bound, then released).
@@ -41,19 +42,18 @@ async fn client_errors_are_openai_shaped() {
     config.max_body_bytes = 1024;
     let gateway = gateway::start(config).await.unwrap();
     let client = Client::new();
-    let chat = "/v1/chat/completions";
 
-    let answer = client.post(&gateway, chat, &[], "{not json").await;
+    let answer = client.chat(&gateway, &[], "{not json").await;
     assert_openai_error(&answer, 400, "invalid_json");
     assert_eq!(answer.json()["error"]["type"], "invalid_request_error");
 
-    let answer = client.post(&gateway, chat, &[], r#"{"messages":[]}"#).await;
+    let answer = client.chat(&gateway, &[], r#"{"messages":[]}"#).await;
     assert_openai_error(&answer, 400, "missing_model");
     assert_eq!(answer.json()["error"]["param"], "model");
 
     // AIBrix's 400 for a chat body without messages, before the model is looked up.
     for body in [r#"{"model":"nope","messages":[]}"#, r#"{"model":"nope"}"#] {
-        let answer = client.post(&gateway, chat, &[], body).await;
+        let answer = client.chat(&gateway, &[], body).await;
         assert_openai_error(&answer, 400, "no_messages");
         assert_eq!(answer.json()["error"]["param"], "messages");
         assert_eq!(
@@ -63,14 +63,13 @@ async fn client_errors_are_openai_shaped() {
     }
 
     let answer = client
-        .post(&gateway, chat, &[], chat_body_for("nope", "hi", false))
+        .chat(&gateway, &[], chat_body_for("nope", "hi", false))
         .await;
     assert_openai_error(&answer, 404, "model_not_found");
 
     let answer = client
-        .post(
+        .chat(
             &gateway,
-            chat,
             &[("routing-strategy", "fastest")],
             chat_body("x", false),
         )
@@ -78,7 +77,7 @@ async fn client_errors_are_openai_shaped() {
     assert_openai_error(&answer, 400, "invalid_routing_strategy");
 
     let answer = client
-        .post(&gateway, chat, &[], chat_body(&"x".repeat(2048), false))
+        .chat(&gateway, &[], chat_body(&"x".repeat(2048), false))
         .await;
     assert_openai_error(&answer, 413, "body_too_large");
 
@@ -92,9 +91,7 @@ async fn client_errors_are_openai_shaped() {
         .await;
     assert_eq!(answer.status, 400, "{}", answer.text());
 
-    let answer = client
-        .call("GET", &format!("{}/v2/nothing", gateway.url()), &[], "")
-        .await;
+    let answer = client.get(&gateway, "/v2/nothing").await;
     assert_openai_error(&answer, 404, "unknown_path");
 
     assert_eq!(a.requests(), 0, "no client error reached the replica");
@@ -119,18 +116,11 @@ async fn a_refused_replica_is_retried_on_another() {
     let client = Client::new();
     // Hold a stream on `a` so least-request prefers the dead replica first.
     let held = client
-        .send(
-            "POST",
-            &format!("{}/v1/chat/completions", gateway.url()),
-            &[("content-type", "application/json"), ("x-fake", "stall:1")],
-            chat_body("hold", true),
-        )
+        .chat_stream(&gateway, &[("x-fake", "stall:1")], chat_body("hold", true))
         .await;
     assert_eq!(held.headers()["target-pod"], "a");
     let before = client.metrics(&gateway).await;
-    let answer = client
-        .post(&gateway, "/v1/chat/completions", &[], chat_body("x", false))
-        .await;
+    let answer = client.chat(&gateway, &[], chat_body("x", false)).await;
     assert_eq!(answer.status, 200, "{}", answer.text());
     assert_eq!(answer.header("target-pod"), Some("a"));
     let metrics = client.metrics(&gateway).await;
@@ -140,8 +130,7 @@ async fn a_refused_replica_is_retried_on_another() {
         1.0
     );
     drop(held);
-    wait_outstanding_zero(&gateway).await;
-    gateway.shutdown().await;
+    shutdown_once_released(gateway).await;
 }
 
 #[tokio::test]
@@ -152,19 +141,13 @@ async fn all_replicas_refused_is_a_502_and_ejects_them() {
     let gateway = gateway::start(config).await.unwrap();
     let client = Client::new();
     // The start-up probe counted one failure each; this request adds the second.
-    let answer = client
-        .post(&gateway, "/v1/chat/completions", &[], chat_body("x", false))
-        .await;
+    let answer = client.chat(&gateway, &[], chat_body("x", false)).await;
     assert_openai_error(&answer, 502, "upstream_unavailable");
     assert_eq!(answer.json()["error"]["type"], "api_error");
     // Both are now ejected: no ready replica.
-    let answer = client
-        .post(&gateway, "/v1/chat/completions", &[], chat_body("x", false))
-        .await;
+    let answer = client.chat(&gateway, &[], chat_body("x", false)).await;
     assert_openai_error(&answer, 503, "service_unavailable");
-    let ready = client
-        .call("GET", &format!("{}/ready", gateway.url()), &[], "")
-        .await;
+    let ready = client.get(&gateway, "/ready").await;
     assert_eq!(ready.status, 503);
     assert_eq!(gateway.total_outstanding(), 0);
     gateway.shutdown().await;
@@ -172,22 +155,14 @@ async fn all_replicas_refused_is_a_502_and_ejects_them() {
 
 #[tokio::test]
 async fn a_replica_503_passes_through_when_no_other_is_left() {
-    let a = FakeUpstream::start("a").await;
-    let b = FakeUpstream::start("b").await;
-    let gateway = start_gateway(&[&a, &b]).await;
+    let (a, b, gateway) = gateway_with_two_upstreams().await;
     let client = Client::new();
     let answer = client
-        .post(
-            &gateway,
-            "/v1/chat/completions",
-            &[("x-fake", "status:503")],
-            chat_body("x", false),
-        )
+        .chat(&gateway, &[("x-fake", "status:503")], chat_body("x", false))
         .await;
     assert_eq!(answer.status, 503);
     assert_eq!(a.requests() + b.requests(), 2, "both replicas were tried");
-    wait_outstanding_zero(&gateway).await;
-    gateway.shutdown().await;
+    shutdown_once_released(gateway).await;
 }
 
 #[tokio::test]
@@ -198,12 +173,7 @@ async fn a_silent_replica_is_a_504_and_is_cancelled() {
     let gateway = gateway::start(config).await.unwrap();
     let client = Client::new();
     let answer = client
-        .post(
-            &gateway,
-            "/v1/chat/completions",
-            &[("x-fake", "hang")],
-            chat_body("x", false),
-        )
+        .chat(&gateway, &[("x-fake", "hang")], chat_body("x", false))
         .await;
     assert_openai_error(&answer, 504, "upstream_timeout");
     assert_eq!(a.requests(), 1, "a timeout is not retried");
@@ -217,20 +187,15 @@ async fn a_silent_replica_is_a_504_and_is_cancelled() {
 
 #[tokio::test]
 async fn unhealthy_replicas_are_ejected_and_readmitted() {
-    let a = FakeUpstream::start("a").await;
-    let gateway = start_gateway(&[&a]).await;
+    let (a, gateway) = gateway_with_one_upstream().await;
     let client = Client::new();
     a.set_healthy(false);
     wait_until("ejection", || !gateway.replicas()[0].2).await;
-    let answer = client
-        .post(&gateway, "/v1/chat/completions", &[], chat_body("x", false))
-        .await;
+    let answer = client.chat(&gateway, &[], chat_body("x", false)).await;
     assert_openai_error(&answer, 503, "service_unavailable");
     a.set_healthy(true);
     wait_until("re-admission", || gateway.replicas()[0].2).await;
-    let answer = client
-        .post(&gateway, "/v1/chat/completions", &[], chat_body("x", false))
-        .await;
+    let answer = client.chat(&gateway, &[], chat_body("x", false)).await;
     assert_eq!(answer.status, 200);
     let metrics = client.metrics(&gateway).await;
     assert_eq!(
@@ -347,59 +312,38 @@ async fn api_keys_and_tenant_caps_are_enforced_until_responses_end() {
     config.admission.retry_after_secs = 7;
     let gateway = gateway::start(config).await.unwrap();
     let client = Client::new();
-    let chat = "/v1/chat/completions";
 
-    let answer = client
-        .post(&gateway, chat, &[], chat_body("x", false))
-        .await;
+    let answer = client.chat(&gateway, &[], chat_body("x", false)).await;
     assert_openai_error(&answer, 401, "invalid_api_key");
     assert_eq!(answer.json()["error"]["type"], "authentication_error");
     let wrong = [("authorization", "Bearer k-12")];
     assert_eq!(
         client
-            .post(&gateway, chat, &wrong, chat_body("x", false))
+            .chat(&gateway, &wrong, chat_body("x", false))
             .await
             .status,
         401
     );
-    let models = client
-        .call("GET", &format!("{}/v1/models", gateway.url()), &[], "")
-        .await;
+    let models = client.get(&gateway, "/v1/models").await;
     assert_eq!(models.status, 401, "the models list needs a key too");
 
     let key = ("authorization", "Bearer k-123");
     let held = client
-        .send(
-            "POST",
-            &format!("{}{chat}", gateway.url()),
-            &[
-                ("content-type", "application/json"),
-                key,
-                ("x-tenant", "B"),
-                ("x-fake", "stall:1"),
-            ],
+        .chat_stream(
+            &gateway,
+            &[key, ("x-tenant", "B"), ("x-fake", "stall:1")],
             chat_body("hold", true),
         )
         .await;
     assert_eq!(held.status(), 200);
     let answer = client
-        .post(
-            &gateway,
-            chat,
-            &[key, ("x-tenant", "B")],
-            chat_body("x", false),
-        )
+        .chat(&gateway, &[key, ("x-tenant", "B")], chat_body("x", false))
         .await;
     assert_openai_error(&answer, 429, "rate_limit_exceeded");
     assert_eq!(answer.header("retry-after"), Some("7"));
     assert_eq!(answer.json()["error"]["type"], "rate_limit_error");
     let other = client
-        .post(
-            &gateway,
-            chat,
-            &[key, ("x-tenant", "A")],
-            chat_body("x", false),
-        )
+        .chat(&gateway, &[key, ("x-tenant", "A")], chat_body("x", false))
         .await;
     assert_eq!(other.status, 200, "another tenant is not affected");
     assert_eq!(
@@ -412,12 +356,7 @@ async fn api_keys_and_tenant_caps_are_enforced_until_responses_end() {
     drop(held);
     wait_outstanding_zero(&gateway).await;
     let again = client
-        .post(
-            &gateway,
-            chat,
-            &[key, ("x-tenant", "B")],
-            chat_body("x", false),
-        )
+        .chat(&gateway, &[key, ("x-tenant", "B")], chat_body("x", false))
         .await;
     assert_eq!(again.status, 200, "{}", again.text());
     let metrics = client.metrics(&gateway).await;

@@ -3,22 +3,20 @@
 //! `aibrix_prefix_cache_*` counters as seen on `/metrics`.
 
 use prefixgate_tests::{
-    Client, FakeUpstream, MOCK_MODEL, MODEL, chat_body, chat_body_for, mock_gateway_config,
-    sample_value, start_gateway, wait_outstanding_zero, wait_until,
+    Client, MOCK_MODEL, MODEL, assert_ends_with_done, chat_body, chat_body_for,
+    gateway_with_one_upstream, gateway_with_two_upstreams, mock_gateway_config, sample_value,
+    shutdown_once_released, wait_outstanding_zero, wait_until,
 };
 
 #[tokio::test]
 async fn every_policy_routes_streaming_and_plain_requests() {
-    let a = FakeUpstream::start("a").await;
-    let b = FakeUpstream::start("b").await;
-    let gateway = start_gateway(&[&a, &b]).await;
+    let (a, b, gateway) = gateway_with_two_upstreams().await;
     let client = Client::new();
     for strategy in ["random", "least-request", "prefix-cache", "prefix-load"] {
         for stream in [false, true] {
             let answer = client
-                .post(
+                .chat(
                     &gateway,
-                    "/v1/chat/completions",
                     &[("routing-strategy", strategy)],
                     chat_body("hello there", stream),
                 )
@@ -39,11 +37,7 @@ async fn every_policy_routes_streaming_and_plain_requests() {
             assert!(answer.header("request-id").is_some());
             assert!(answer.header("x-prefixgate-outstanding").is_some());
             if stream {
-                assert!(
-                    answer.text().ends_with("data: [DONE]\n\n"),
-                    "{}",
-                    answer.text()
-                );
+                assert_ends_with_done(&answer);
                 assert_eq!(answer.header("content-type"), Some("text/event-stream"));
             } else {
                 assert_eq!(answer.json()["choices"][0]["message"]["content"], "hi");
@@ -51,26 +45,19 @@ async fn every_policy_routes_streaming_and_plain_requests() {
         }
     }
     assert_eq!(a.requests() + b.requests(), 8);
-    wait_outstanding_zero(&gateway).await;
-    gateway.shutdown().await;
+    shutdown_once_released(gateway).await;
 }
 
 #[tokio::test]
 async fn bodies_are_forwarded_byte_for_byte_with_the_request_id() {
-    let a = FakeUpstream::start("a").await;
-    let gateway = start_gateway(&[&a]).await;
+    let (a, gateway) = gateway_with_one_upstream().await;
     let client = Client::new();
     // Odd spacing, key order and escapes that a re-serialisation would change.
     let body = format!(
         "{{ \"stream\":false,  \"model\" : \"{MODEL}\", \"messages\":[{{\"role\":\"user\",\"content\":\"caf\\u00e9 \\\"q\\\"\"}}], \"x\": 1.50 }}"
     );
     let answer = client
-        .post(
-            &gateway,
-            "/v1/chat/completions",
-            &[("x-request-id", "req-42")],
-            body.clone(),
-        )
+        .chat(&gateway, &[("x-request-id", "req-42")], body.clone())
         .await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.header("request-id"), Some("req-42"));
@@ -98,9 +85,7 @@ async fn bodies_are_forwarded_byte_for_byte_with_the_request_id() {
 
 #[tokio::test]
 async fn embeddings_models_health_and_ready() {
-    let a = FakeUpstream::start("a").await;
-    let b = FakeUpstream::start("b").await;
-    let gateway = start_gateway(&[&a, &b]).await;
+    let (_a, _b, gateway) = gateway_with_two_upstreams().await;
     let client = Client::new();
     let answer = client
         .post(
@@ -113,9 +98,7 @@ async fn embeddings_models_health_and_ready() {
     assert_eq!(answer.status, 200);
     assert_eq!(answer.header("routing-strategy"), Some("least-request"));
 
-    let models = client
-        .call("GET", &format!("{}/v1/models", gateway.url()), &[], "")
-        .await;
+    let models = client.get(&gateway, "/v1/models").await;
     assert_eq!(models.status, 200);
     assert_eq!(models.json()["data"][0]["id"], MODEL);
     assert_eq!(
@@ -123,78 +106,50 @@ async fn embeddings_models_health_and_ready() {
         1,
         "a union, not a list per replica"
     );
-    let health = client
-        .call("GET", &format!("{}/health", gateway.url()), &[], "")
-        .await;
+    let health = client.get(&gateway, "/health").await;
     assert_eq!(health.status, 200);
-    let ready = client
-        .call("GET", &format!("{}/ready", gateway.url()), &[], "")
-        .await;
+    let ready = client.get(&gateway, "/ready").await;
     assert_eq!(ready.status, 200);
     gateway.shutdown().await;
 }
 
 #[tokio::test]
 async fn least_request_spreads_concurrent_streams() {
-    let a = FakeUpstream::start("a").await;
-    let b = FakeUpstream::start("b").await;
-    let gateway = start_gateway(&[&a, &b]).await;
+    let (_a, _b, gateway) = gateway_with_two_upstreams().await;
     let client = Client::new();
     // Two slow streams held open at once must land on different pods.
+    let stall = [("x-fake", "stall:1")];
     let first = client
-        .send(
-            "POST",
-            &format!("{}/v1/chat/completions", gateway.url()),
-            &[("content-type", "application/json"), ("x-fake", "stall:1")],
-            chat_body("one", true),
-        )
+        .chat_stream(&gateway, &stall, chat_body("one", true))
         .await;
     let second = client
-        .send(
-            "POST",
-            &format!("{}/v1/chat/completions", gateway.url()),
-            &[("content-type", "application/json"), ("x-fake", "stall:1")],
-            chat_body("two", true),
-        )
+        .chat_stream(&gateway, &stall, chat_body("two", true))
         .await;
     let pods = [&first, &second].map(|r| r.headers()["target-pod"].to_str().unwrap().to_owned());
     assert_ne!(pods[0], pods[1]);
     assert_eq!(second.headers()["x-prefixgate-outstanding"], "0");
     assert_eq!(gateway.total_outstanding(), 2);
     drop((first, second));
-    wait_outstanding_zero(&gateway).await;
-    gateway.shutdown().await;
+    shutdown_once_released(gateway).await;
 }
 
 #[tokio::test]
 async fn prefix_cache_sticks_to_the_owner_and_moves_aibrix_counters() {
-    let a = FakeUpstream::start("a").await;
-    let b = FakeUpstream::start("b").await;
-    let gateway = start_gateway(&[&a, &b]).await;
+    let (_a, _b, gateway) = gateway_with_two_upstreams().await;
     let client = Client::new();
     let before = client.metrics(&gateway).await;
     let family = "shared system prompt ".repeat(40);
     let prefix = [("routing-strategy", "prefix-cache")];
 
     let first = client
-        .post(
-            &gateway,
-            "/v1/chat/completions",
-            &prefix,
-            chat_body(&family, false),
-        )
+        .chat(&gateway, &prefix, chat_body(&family, false))
         .await;
     assert_eq!(first.status, 200);
     assert_eq!(first.header("x-prefixgate-match-percent"), Some("0"));
     let owner = first.header("target-pod").unwrap().to_owned();
     for _ in 0..3 {
         let again = client
-            .post(
-                &gateway,
-                "/v1/chat/completions",
-                &prefix,
-                chat_body(&family, false),
-            )
+            .chat(&gateway, &prefix, chat_body(&family, false))
             .await;
         assert_eq!(
             again.header("target-pod"),
@@ -205,9 +160,8 @@ async fn prefix_cache_sticks_to_the_owner_and_moves_aibrix_counters() {
     }
     // least-request decisions do not move the AIBrix counters.
     client
-        .post(
+        .chat(
             &gateway,
-            "/v1/chat/completions",
             &[("routing-strategy", "least-request")],
             chat_body(&family, false),
         )
@@ -270,23 +224,16 @@ async fn prefix_cache_sticks_to_the_owner_and_moves_aibrix_counters() {
 
 #[tokio::test]
 async fn prefix_cache_spreads_different_families_by_load() {
-    let a = FakeUpstream::start("a").await;
-    let b = FakeUpstream::start("b").await;
-    let gateway = start_gateway(&[&a, &b]).await;
+    let (_a, _b, gateway) = gateway_with_two_upstreams().await;
     let client = Client::new();
     // Two families held open at once: the second finds the first's owner busier and no
     // match of its own, so least-request fallback sends it to the other pod.
     let mut held = Vec::new();
     for family in ["alpha ", "beta "] {
         let response = client
-            .send(
-                "POST",
-                &format!("{}/v1/chat/completions", gateway.url()),
-                &[
-                    ("content-type", "application/json"),
-                    ("routing-strategy", "prefix-cache"),
-                    ("x-fake", "stall:1"),
-                ],
+            .chat_stream(
+                &gateway,
+                &[("routing-strategy", "prefix-cache"), ("x-fake", "stall:1")],
                 chat_body(&family.repeat(60), true),
             )
             .await;
@@ -298,17 +245,14 @@ async fn prefix_cache_spreads_different_families_by_load() {
         .collect();
     assert_ne!(pods[0], pods[1], "a new family goes to the idle pod");
     drop(held);
-    wait_outstanding_zero(&gateway).await;
-    gateway.shutdown().await;
+    shutdown_once_released(gateway).await;
 }
 
 #[tokio::test]
 async fn mock_engines_serve_streams_through_every_policy() {
     let gateway = gateway::start(mock_gateway_config(2)).await.unwrap();
     let client = Client::new();
-    let models = client
-        .call("GET", &format!("{}/v1/models", gateway.url()), &[], "")
-        .await;
+    let models = client.get(&gateway, "/v1/models").await;
     assert_eq!(models.json()["data"][0]["id"], MOCK_MODEL);
     let family = "the quick brown fox jumps over the lazy dog ".repeat(20);
     let mut owners = Vec::new();
@@ -320,9 +264,8 @@ async fn mock_engines_serve_streams_through_every_policy() {
         "prefix-load",
     ] {
         let answer = client
-            .post(
+            .chat(
                 &gateway,
-                "/v1/chat/completions",
                 &[("routing-strategy", strategy)],
                 chat_body_for(MOCK_MODEL, &family, true),
             )
@@ -330,11 +273,7 @@ async fn mock_engines_serve_streams_through_every_policy() {
         assert_eq!(answer.status, 200, "{strategy}: {}", answer.text());
         let pod = answer.header("target-pod").unwrap().to_owned();
         assert!(pod == "mock-0" || pod == "mock-1", "{pod}");
-        assert!(
-            answer.text().ends_with("data: [DONE]\n\n"),
-            "{}",
-            answer.text()
-        );
+        assert_ends_with_done(&answer);
         if strategy == "prefix-cache" {
             owners.push(pod);
         }
@@ -344,12 +283,7 @@ async fn mock_engines_serve_streams_through_every_policy() {
         "the second prefix-cache request follows the first"
     );
     let whole = client
-        .post(
-            &gateway,
-            "/v1/chat/completions",
-            &[],
-            chat_body_for(MOCK_MODEL, "hi", false),
-        )
+        .chat(&gateway, &[], chat_body_for(MOCK_MODEL, "hi", false))
         .await;
     assert_eq!(whole.status, 200);
     assert_eq!(whole.json()["object"], "chat.completion");
@@ -367,15 +301,13 @@ async fn mock_engines_serve_streams_through_every_policy() {
 
 #[tokio::test]
 async fn a_single_ready_replica_moves_no_prefix_cache_counter() {
-    let a = FakeUpstream::start("a").await;
-    let gateway = start_gateway(&[&a]).await;
+    let (_a, gateway) = gateway_with_one_upstream().await;
     let client = Client::new();
     let prompt = "long enough to fill several blocks ".repeat(20);
     for _ in 0..2 {
         let answer = client
-            .post(
+            .chat(
                 &gateway,
-                "/v1/chat/completions",
                 &[("routing-strategy", "prefix-cache")],
                 chat_body(&prompt, false),
             )

@@ -9,28 +9,19 @@ use http_body_util::BodyExt;
 use mock_engine::model::EngineProfile;
 use mock_engine::server::{FailurePlan, ReplicaConfig, spawn_replica};
 use prefixgate_tests::{
-    Client, FakeUpstream, MOCK_MODEL, chat_body, chat_body_for, gateway_config,
-    mock_gateway_config, start_gateway, wait_outstanding_zero, wait_until,
+    Client, FakeUpstream, MOCK_MODEL, assert_ends_with_done, chat_body, chat_body_for,
+    gateway_config, gateway_with_one_upstream, mock_gateway_config, shutdown_once_released,
+    sse_events, wait_outstanding_zero, wait_until,
 };
-
-fn stream_headers(fake: &'static str) -> [(&'static str, &'static str); 2] {
-    [("content-type", "application/json"), ("x-fake", fake)]
-}
 
 #[tokio::test]
 async fn chunks_arrive_before_the_upstream_finishes() {
-    let a = FakeUpstream::start("a").await;
-    let gateway = start_gateway(&[&a]).await;
+    let (a, gateway) = gateway_with_one_upstream().await;
     let client = Client::new();
     // One event, then the upstream keeps the stream open: a proxy that buffered the body
     // would never deliver the event.
     let response = client
-        .send(
-            "POST",
-            &format!("{}/v1/chat/completions", gateway.url()),
-            &stream_headers("stall:1"),
-            chat_body("hi", true),
-        )
+        .chat_stream(&gateway, &[("x-fake", "stall:1")], chat_body("hi", true))
         .await;
     assert_eq!(response.status(), 200);
     let mut body = response.into_body();
@@ -39,46 +30,32 @@ async fn chunks_arrive_before_the_upstream_finishes() {
     assert_eq!(a.in_flight(), 1, "the upstream is still streaming");
     assert_eq!(gateway.total_outstanding(), 1);
     drop(body);
-    wait_outstanding_zero(&gateway).await;
-    gateway.shutdown().await;
+    shutdown_once_released(gateway).await;
 }
 
 #[tokio::test]
 async fn a_multi_chunk_stream_arrives_whole() {
-    let a = FakeUpstream::start("a").await;
-    let gateway = start_gateway(&[&a]).await;
+    let (_a, gateway) = gateway_with_one_upstream().await;
     let client = Client::new();
     let answer = client
-        .post(
-            &gateway,
-            "/v1/chat/completions",
-            &[("x-fake", "sse:20:2")],
-            chat_body("hi", true),
-        )
+        .chat(&gateway, &[("x-fake", "sse:20:2")], chat_body("hi", true))
         .await;
     assert_eq!(answer.status, 200);
-    let events: Vec<&str> = answer
-        .text()
-        .split("\n\n")
-        .filter(|e| !e.is_empty())
-        .collect();
+    let events = sse_events(answer.text());
     assert_eq!(events.len(), 21, "20 tokens and [DONE]");
     assert!(events.iter().take(20).all(|e| e.starts_with("data: {")));
     assert_eq!(events[20], "data: [DONE]");
-    wait_outstanding_zero(&gateway).await;
-    gateway.shutdown().await;
+    shutdown_once_released(gateway).await;
 }
 
 #[tokio::test]
 async fn client_disconnect_cancels_upstream_and_releases() {
-    let a = FakeUpstream::start("a").await;
-    let gateway = start_gateway(&[&a]).await;
+    let (a, gateway) = gateway_with_one_upstream().await;
     let client = Client::new();
     let response = client
-        .send(
-            "POST",
-            &format!("{}/v1/chat/completions", gateway.url()),
-            &stream_headers("sse:1000:20"),
+        .chat_stream(
+            &gateway,
+            &[("x-fake", "sse:1000:20")],
             chat_body("hi", true),
         )
         .await;
@@ -97,20 +74,14 @@ async fn client_disconnect_cancels_upstream_and_releases() {
 
 #[tokio::test]
 async fn upstream_failure_mid_stream_becomes_an_error_event_then_done() {
-    let a = FakeUpstream::start("a").await;
-    let gateway = start_gateway(&[&a]).await;
+    let (_a, gateway) = gateway_with_one_upstream().await;
     let client = Client::new();
     let answer = client
-        .post(
-            &gateway,
-            "/v1/chat/completions",
-            &[("x-fake", "drop:2:50")],
-            chat_body("hi", true),
-        )
+        .chat(&gateway, &[("x-fake", "drop:2:50")], chat_body("hi", true))
         .await;
     assert_eq!(answer.status, 200, "the status was sent before the failure");
     let text = answer.text();
-    let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+    let events = sse_events(text);
     assert_eq!(events.len(), 4, "{text}");
     let error: serde_json::Value =
         serde_json::from_str(events[2].strip_prefix("data: ").unwrap()).unwrap();
@@ -122,8 +93,7 @@ async fn upstream_failure_mid_stream_becomes_an_error_event_then_done() {
             .contains("replica a")
     );
     assert_eq!(events[3], "data: [DONE]");
-    wait_outstanding_zero(&gateway).await;
-    gateway.shutdown().await;
+    shutdown_once_released(gateway).await;
 }
 
 #[tokio::test]
@@ -134,12 +104,7 @@ async fn an_upstream_silent_mid_stream_times_out_into_an_error_event() {
     let gateway = gateway::start(config).await.unwrap();
     let client = Client::new();
     let answer = client
-        .post(
-            &gateway,
-            "/v1/chat/completions",
-            &[("x-fake", "stall:1")],
-            chat_body("hi", true),
-        )
+        .chat(&gateway, &[("x-fake", "stall:1")], chat_body("hi", true))
         .await;
     assert_eq!(answer.status, 200);
     assert!(
@@ -147,7 +112,7 @@ async fn an_upstream_silent_mid_stream_times_out_into_an_error_event() {
         "{}",
         answer.text()
     );
-    assert!(answer.text().ends_with("data: [DONE]\n\n"));
+    assert_ends_with_done(&answer);
     wait_outstanding_zero(&gateway).await;
     wait_until("the stalled upstream request to be cancelled", || {
         a.in_flight() == 0
@@ -158,17 +123,11 @@ async fn an_upstream_silent_mid_stream_times_out_into_an_error_event() {
 
 #[tokio::test]
 async fn shutdown_lets_in_flight_streams_finish() {
-    let a = FakeUpstream::start("a").await;
-    let gateway = start_gateway(&[&a]).await;
+    let (_a, gateway) = gateway_with_one_upstream().await;
     let url = gateway.url();
     let client = Client::new();
     let response = client
-        .send(
-            "POST",
-            &format!("{url}/v1/chat/completions"),
-            &stream_headers("sse:5:50"),
-            chat_body("hi", true),
-        )
+        .chat_stream(&gateway, &[("x-fake", "sse:5:50")], chat_body("hi", true))
         .await;
     let stopping = tokio::spawn(gateway.shutdown_within(Duration::from_secs(10)));
     let body = response.into_body().collect().await.unwrap().to_bytes();
@@ -185,16 +144,10 @@ async fn shutdown_lets_in_flight_streams_finish() {
 
 #[tokio::test]
 async fn shutdown_cuts_streams_at_the_end_of_the_grace_period() {
-    let a = FakeUpstream::start("a").await;
-    let gateway = start_gateway(&[&a]).await;
+    let (a, gateway) = gateway_with_one_upstream().await;
     let client = Client::new();
     let response = client
-        .send(
-            "POST",
-            &format!("{}/v1/chat/completions", gateway.url()),
-            &stream_headers("stall:1"),
-            chat_body("hi", true),
-        )
+        .chat_stream(&gateway, &[("x-fake", "stall:1")], chat_body("hi", true))
         .await;
     let mut body = response.into_body();
     body.frame().await.unwrap().unwrap();
@@ -212,19 +165,20 @@ async fn a_mock_engine_abort_mid_stream_ends_with_an_error_event() {
     let gateway = gateway::start(mock_gateway_config(1)).await.unwrap();
     let client = Client::new();
     let answer = client
-        .post(
+        .chat(
             &gateway,
-            "/v1/chat/completions",
             &[("x-mock-fail", "abort-after=2")],
             chat_body_for(MOCK_MODEL, "hello there", true),
         )
         .await;
     assert_eq!(answer.status, 200);
-    let text = answer.text();
-    assert!(text.contains("data: {\"error\":"), "{text}");
-    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
-    wait_outstanding_zero(&gateway).await;
-    gateway.shutdown().await;
+    assert!(
+        answer.text().contains("data: {\"error\":"),
+        "{}",
+        answer.text()
+    );
+    assert_ends_with_done(&answer);
+    shutdown_once_released(gateway).await;
 }
 
 /// The interpreter for the OpenAI Python client tests: `PREFIXGATE_PYTHON`, else `python3`.
@@ -279,8 +233,7 @@ async fn openai_python_client_streams() {
     let base = format!("{}/v1", gateway.url());
     let stdout = run_python(script, &[&base, MOCK_MODEL]).await;
     assert!(stdout.contains("target-pod=mock-"), "{stdout}");
-    wait_outstanding_zero(&gateway).await;
-    gateway.shutdown().await;
+    shutdown_once_released(gateway).await;
 }
 
 /// The official OpenAI Python client streams a chat completion straight from a mock-engine
