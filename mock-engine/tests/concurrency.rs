@@ -17,7 +17,7 @@ async fn fifty_concurrent_streams_all_complete() {
             let replica = &replica;
             async move {
                 let body = chat_body(&prompt_of(30 + i, "c"), 20, true, true);
-                post(replica, "/v1/chat/completions", &body).await
+                post_chat(replica, &body).await
             }
         });
         for answer in join_all(requests).await {

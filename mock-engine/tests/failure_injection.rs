@@ -107,12 +107,7 @@ async fn hang_sends_nothing_until_the_client_leaves() {
         )
         .await;
         // A normal request on another connection completes meanwhile...
-        let normal = post(
-            &replica,
-            "/v1/chat/completions",
-            &chat_body("y", 2, false, false),
-        )
-        .await;
+        let normal = post_chat(&replica, &chat_body("y", 2, false, false)).await;
         assert_eq!(normal.status, StatusCode::OK);
         let text = wait_for_metrics(&replica, |text| {
             sample(text, &success_series("length")) == 1.0
@@ -194,12 +189,7 @@ async fn a_plan_fails_every_request_unless_the_header_says_none() {
             health_fail_for: None,
         };
         let replica = start_with(config(fast(), plan)).await;
-        let failed = post(
-            &replica,
-            "/v1/completions",
-            &completion_body("x", 1, false, false),
-        )
-        .await;
+        let failed = post_completion(&replica, &completion_body("x", 1, false, false)).await;
         assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(failed.json()["error"]["type"], "InternalServerError");
         let spared = send(
@@ -219,12 +209,7 @@ async fn a_plan_fails_every_request_unless_the_header_says_none() {
             health_fail_for: None,
         };
         let replica = start_with(config(fast(), never)).await;
-        let fine = post(
-            &replica,
-            "/v1/completions",
-            &completion_body("x", 1, false, false),
-        )
-        .await;
+        let fine = post_completion(&replica, &completion_body("x", 1, false, false)).await;
         assert_eq!(fine.status, StatusCode::OK);
         replica.shutdown().await;
     })

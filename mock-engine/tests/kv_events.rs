@@ -68,10 +68,7 @@ async fn subscribe(replica: &ReplicaHandle) -> (SubSocket, Vec<Published>) {
 async fn probe_until_received(replica: &ReplicaHandle, sub: &mut SubSocket) -> Published {
     for probe in 0..40 {
         let body = chat_body(&prompt_of(40, &format!("probe{probe}-")), 1, false, false);
-        assert_eq!(
-            post(replica, "/v1/chat/completions", &body).await.status,
-            200
-        );
+        assert_eq!(post_chat(replica, &body).await.status, 200);
         if let Some(first) = next_published(sub, RECV_WAIT).await {
             return first;
         }
@@ -155,10 +152,7 @@ async fn a_chat_requests_prompt_blocks_are_published_with_tokenizes_ids_and_repl
 
         let content = prompt_of(100, "family-a-");
         let body = chat_body(&content, 2, false, false);
-        assert_eq!(
-            post(&replica, "/v1/chat/completions", &body).await.status,
-            200
-        );
+        assert_eq!(post_chat(&replica, &body).await.status, 200);
         let tokenize_body = serde_json::json!({
             "model": MODEL,
             "messages": [{"role": "user", "content": content}],

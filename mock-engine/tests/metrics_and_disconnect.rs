@@ -21,12 +21,8 @@ async fn metrics_parse_and_counters_move() {
 
         let prompt = prompt_of(64, "m");
         for _ in 0..2 {
-            let answer = post(
-                &replica,
-                "/v1/completions",
-                &completion_body(&prompt, 3, false, false),
-            )
-            .await;
+            let answer =
+                post_completion(&replica, &completion_body(&prompt, 3, false, false)).await;
             assert_eq!(answer.status, StatusCode::OK);
         }
         let after = wait_for_metrics(&replica, |text| {

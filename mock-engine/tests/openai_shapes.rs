@@ -79,12 +79,7 @@ async fn streamed_chat_sends_role_tokens_finish_usage_done_in_order() {
 async fn streamed_completion_has_no_role_chunk_and_null_usage_per_chunk() {
     bounded(async {
         let replica = start(fast()).await;
-        let with_usage = post(
-            &replica,
-            "/v1/completions",
-            &completion_body("a b c", 3, true, true),
-        )
-        .await;
+        let with_usage = post_completion(&replica, &completion_body("a b c", 3, true, true)).await;
         let events = sse_events(&with_usage.body);
         assert_eq!(events.len(), 5, "{events:?}"); // 3 tokens, usage, [DONE]
         for (i, event) in events[..3].iter().enumerate() {
@@ -109,12 +104,7 @@ async fn streamed_completion_has_no_role_chunk_and_null_usage_per_chunk() {
         assert!(usage["usage"].get("prompt_tokens_details").is_none());
         assert_eq!(events[4], "[DONE]");
 
-        let without = post(
-            &replica,
-            "/v1/completions",
-            &completion_body("a b c", 2, true, false),
-        )
-        .await;
+        let without = post_completion(&replica, &completion_body("a b c", 2, true, false)).await;
         let events = sse_events(&without.body);
         assert_eq!(
             events.len(),
@@ -130,12 +120,7 @@ async fn streamed_completion_has_no_role_chunk_and_null_usage_per_chunk() {
 async fn whole_bodies_are_full_dumps() {
     bounded(async {
         let replica = start(fast()).await;
-        let chat = post(
-            &replica,
-            "/v1/chat/completions",
-            &chat_body("hi", 5, false, false),
-        )
-        .await;
+        let chat = post_chat(&replica, &chat_body("hi", 5, false, false)).await;
         assert_eq!(chat.status, StatusCode::OK);
         let body = chat.json();
         let id = body["id"].as_str().unwrap();
@@ -171,12 +156,7 @@ async fn whole_bodies_are_full_dumps() {
         assert_eq!(body["usage"]["completion_tokens"], 5);
         assert!(chat.body.contains(r#""prompt_tokens_details":null"#));
 
-        let completion = post(
-            &replica,
-            "/v1/completions",
-            &completion_body("x y", 2, false, false),
-        )
-        .await;
+        let completion = post_completion(&replica, &completion_body("x y", 2, false, false)).await;
         let body = completion.json();
         assert_eq!(body["object"], "text_completion");
         assert!(body["choices"][0].get("prompt_logprobs").is_some());
@@ -191,29 +171,14 @@ async fn a_repeated_prompt_reports_cached_tokens() {
     bounded(async {
         let replica = start(fast()).await;
         let prompt = prompt_of(100, "w");
-        let first = post(
-            &replica,
-            "/v1/completions",
-            &completion_body(&prompt, 2, false, false),
-        )
-        .await;
+        let first = post_completion(&replica, &completion_body(&prompt, 2, false, false)).await;
         assert_eq!(first.json()["usage"]["prompt_tokens_details"], Value::Null);
-        let second = post(
-            &replica,
-            "/v1/completions",
-            &completion_body(&prompt, 2, true, true),
-        )
-        .await;
+        let second = post_completion(&replica, &completion_body(&prompt, 2, true, true)).await;
         let events = sse_events(&second.body);
         let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
         // 100 tokens with 16-token blocks: 96 cached (block-aligned, ≤ prompt − 1).
         assert_eq!(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 96);
-        let third = post(
-            &replica,
-            "/v1/completions",
-            &completion_body(&prompt, 2, false, false),
-        )
-        .await;
+        let third = post_completion(&replica, &completion_body(&prompt, 2, false, false)).await;
         assert_eq!(
             third.json()["usage"]["prompt_tokens_details"]["cached_tokens"],
             96
@@ -227,11 +192,7 @@ async fn a_repeated_prompt_reports_cached_tokens() {
 async fn errors_use_vllm_status_and_shape() {
     bounded(async {
         let replica = start(fast()).await;
-        let unknown = post(
-            &replica,
-            "/v1/chat/completions",
-            &chat_body("x", 1, false, false).replace(MODEL, "other"),
-        )
+        let unknown = post_chat(&replica, &chat_body("x", 1, false, false).replace(MODEL, "other"))
         .await;
         assert_eq!(unknown.status, StatusCode::NOT_FOUND);
         assert_eq!(
@@ -241,18 +202,14 @@ async fn errors_use_vllm_status_and_shape() {
 
         let max_model_len = fast().max_model_len;
         let too_long = prompt_of(max_model_len + 10, "p");
-        let context = post(&replica, "/v1/completions", &completion_body(&too_long, 1, false, false)).await;
+        let context = post_completion(&replica, &completion_body(&too_long, 1, false, false)).await;
         assert_eq!(context.status, StatusCode::BAD_REQUEST);
         let message = context.json()["error"]["message"].as_str().unwrap().to_owned();
         assert!(message.starts_with(&format!("This model's maximum context length is {max_model_len} tokens.")), "{message}");
         assert_eq!(context.json()["error"]["type"], "BadRequestError");
         assert_eq!(context.json()["error"]["code"], 400);
 
-        let max_tokens = post(
-            &replica,
-            "/v1/completions",
-            &completion_body("a b", u32::try_from(max_model_len).unwrap(), false, false),
-        )
+        let max_tokens = post_completion(&replica, &completion_body("a b", u32::try_from(max_model_len).unwrap(), false, false))
         .await;
         assert_eq!(max_tokens.status, StatusCode::BAD_REQUEST);
         assert!(max_tokens.body.contains("'max_tokens' or 'max_completion_tokens' is too large"));

@@ -19,24 +19,9 @@ async fn several_replicas_on_port_zero_serve_independently() {
         assert_eq!(a.name(), "L20-A");
         assert_eq!(a.url(), format!("http://127.0.0.1:{}", a.addr().port()));
         let prompt = prompt_of(40, "s");
-        post(
-            &a,
-            "/v1/completions",
-            &completion_body(&prompt, 1, false, false),
-        )
-        .await;
-        post(
-            &a,
-            "/v1/completions",
-            &completion_body(&prompt, 1, false, false),
-        )
-        .await;
-        let on_b = post(
-            &b,
-            "/v1/completions",
-            &completion_body(&prompt, 1, false, false),
-        )
-        .await;
+        post_completion(&a, &completion_body(&prompt, 1, false, false)).await;
+        post_completion(&a, &completion_body(&prompt, 1, false, false)).await;
+        let on_b = post_completion(&b, &completion_body(&prompt, 1, false, false)).await;
         assert_eq!(on_b.status, StatusCode::OK);
         // b has its own cache: no hit there.
         assert_eq!(
@@ -117,12 +102,7 @@ async fn time_scale_speeds_the_engine_up() {
         let mut scaled = config(slow(100.0), Default::default());
         scaled.time_scale = 100_000.0;
         let replica = start_with(scaled).await;
-        let answer = post(
-            &replica,
-            "/v1/completions",
-            &completion_body("x", 3, false, false),
-        )
-        .await;
+        let answer = post_completion(&replica, &completion_body("x", 3, false, false)).await;
         assert_eq!(answer.status, StatusCode::OK);
         let text =
             wait_for_metrics(&replica, |t| sample(t, &success_series("length")) == 1.0).await;

@@ -119,6 +119,16 @@ pub async fn post(handle: &ReplicaHandle, path: &str, body: &str) -> Answer {
     send(handle, Method::POST, path, &[], body).await
 }
 
+/// POSTs `body` to `/v1/chat/completions`.
+pub async fn post_chat(handle: &ReplicaHandle, body: &str) -> Answer {
+    post(handle, "/v1/chat/completions", body).await
+}
+
+/// POSTs `body` to `/v1/completions`.
+pub async fn post_completion(handle: &ReplicaHandle, body: &str) -> Answer {
+    post(handle, "/v1/completions", body).await
+}
+
 pub async fn get(handle: &ReplicaHandle, path: &str) -> Answer {
     send(handle, Method::GET, path, &[], "").await
 }
