@@ -352,6 +352,16 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// Reads a response to its end.
+    pub async fn read(response: http::Response<hyper::body::Incoming>) -> Answer {
+        let (parts, body) = response.into_parts();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: body.collect().await.unwrap().to_bytes(),
+        }
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
@@ -409,17 +419,25 @@ impl Client {
         headers: &[(&str, &str)],
         body: impl Into<Bytes>,
     ) -> Answer {
-        let response = self.send(method, url, headers, body).await;
-        let (parts, body) = response.into_parts();
-        let body = body.collect().await.unwrap().to_bytes();
-        Answer {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        }
+        Answer::read(self.send(method, url, headers, body).await).await
     }
 
-    /// POSTs a JSON body to the gateway's `path`.
+    /// POSTs a JSON body to the gateway's `path` and returns as soon as the head arrives,
+    /// its body still streaming.
+    pub async fn post_streaming(
+        &self,
+        gateway: &GatewayHandle,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> http::Response<hyper::body::Incoming> {
+        let mut all = vec![("content-type", "application/json")];
+        all.extend_from_slice(headers);
+        self.send("POST", &format!("{}{path}", gateway.url()), &all, body)
+            .await
+    }
+
+    /// POSTs a JSON body to the gateway's `path` and reads the whole response.
     pub async fn post(
         &self,
         gateway: &GatewayHandle,
@@ -427,10 +445,7 @@ impl Client {
         headers: &[(&str, &str)],
         body: impl Into<Bytes>,
     ) -> Answer {
-        let mut all = vec![("content-type", "application/json")];
-        all.extend_from_slice(headers);
-        self.call("POST", &format!("{}{path}", gateway.url()), &all, body)
-            .await
+        Answer::read(self.post_streaming(gateway, path, headers, body).await).await
     }
 
     /// POSTs a JSON body to the gateway's `/v1/chat/completions`.
@@ -452,10 +467,7 @@ impl Client {
         headers: &[(&str, &str)],
         body: impl Into<Bytes>,
     ) -> http::Response<hyper::body::Incoming> {
-        let mut all = vec![("content-type", "application/json")];
-        all.extend_from_slice(headers);
-        let url = format!("{}{CHAT_PATH}", gateway.url());
-        self.send("POST", &url, &all, body).await
+        self.post_streaming(gateway, CHAT_PATH, headers, body).await
     }
 
     /// GETs the gateway's `path` (on the API listener).
