@@ -12,8 +12,11 @@
 #   gateway/benches/overhead/run.sh [SECONDS_PER_RUN] [ROUNDS] [CONCURRENCIES]
 #
 # Defaults: 5 s per run, 2 rounds, concurrencies "1 8 64". Release binaries are looked up in
-# $CARGO_TARGET_DIR/release (default target/release). PIN=1 pins the proxies to CPU 1 and the
-# upstream and wrk to CPU 0 (taskset). GATEWAY_BIN picks another prefixgate binary (to
+# $CARGO_TARGET_DIR/release (default target/release). PIN=1 pins with taskset: the proxies to
+# PROXY_CPUS (default 1), the upstream to UPSTREAM_CPUS (default 0) and wrk to LOAD_CPUS
+# (default 0); on a machine with cores to spare give each its own, so that the proxy is not
+# measured against its own load tool. WRK_THREADS (default 1) sets wrk's threads, which
+# should be raised with LOAD_CPUS so that wrk is not what caps the direct connection. GATEWAY_BIN picks another prefixgate binary (to
 # compare builds); BASELINE_BIN adds a second prefixgate, measured as target `baseline` in
 # the same run (e.g. the build before a change). UPSTREAM_KIND=mock puts mock-engine (profile
 # $MOCK_PROFILE, default fast; build it with `cargo build --release -p mock-engine`) behind
@@ -43,9 +46,14 @@ for needed in wrk "$GATEWAY_BIN" "$BIN/examples/fixed_upstream" "$BIN/examples/p
     command -v "$needed" >/dev/null || { echo "missing: $needed (see the header of $0)" >&2; exit 1; }
 done
 
-pin() { # pin CPU COMMAND...: run pinned when PIN=1 (exec: $! must be the measured process)
-    local cpu=$1; shift
-    if [[ "${PIN:-0}" == 1 ]]; then exec taskset -c "$cpu" "$@"; else exec "$@"; fi
+PROXY_CPUS=${PROXY_CPUS:-1}
+UPSTREAM_CPUS=${UPSTREAM_CPUS:-0}
+LOAD_CPUS=${LOAD_CPUS:-0}
+WRK_THREADS=${WRK_THREADS:-1}
+
+pin() { # pin CPUS COMMAND...: run pinned when PIN=1 (exec: $! must be the measured process)
+    local cpus=$1; shift
+    if [[ "${PIN:-0}" == 1 ]]; then exec taskset -c "$cpus" "$@"; else exec "$@"; fi
 }
 
 # start NAME PATTERN COMMAND...: starts a process, waits (bounded) for PATTERN + URL in its
@@ -70,22 +78,22 @@ cpu_ticks() { # user + system ticks of a process, all threads
 if [[ "${UPSTREAM_KIND:-fixed}" == mock ]]; then
     # A simulated vLLM replica instead: its own per-request work (tokenizing, the engine
     # model's steps) makes the proxy's share of the time smaller, as a real engine would.
-    start upstream fixed pin 0 "$BIN/mock-engine" --profile "${MOCK_PROFILE:-fast}" \
+    start upstream fixed pin "$UPSTREAM_CPUS" "$BIN/mock-engine" --profile "${MOCK_PROFILE:-fast}" \
         --listen 127.0.0.1:0 --name fixed
 else
-    start upstream upstream pin 0 "$BIN/examples/fixed_upstream" 127.0.0.1:0
+    start upstream upstream pin "$UPSTREAM_CPUS" "$BIN/examples/fixed_upstream" 127.0.0.1:0
 fi
 UPSTREAM=$STARTED_URL; UPSTREAM_PID=$STARTED_PID
-start forwarder forwarder pin 1 "$BIN/examples/plain_forwarder" 127.0.0.1:0 "${UPSTREAM#http://}"
+start forwarder forwarder pin "$PROXY_CPUS" "$BIN/examples/plain_forwarder" 127.0.0.1:0 "${UPSTREAM#http://}"
 FORWARDER=$STARTED_URL; FORWARDER_PID=$STARTED_PID
 # shellcheck disable=SC2086
-start gateway "listening on" pin 1 env ${GATEWAY_ENV:-} "$GATEWAY_BIN" --backend "fixed=$UPSTREAM" \
+start gateway "listening on" pin "$PROXY_CPUS" env ${GATEWAY_ENV:-} "$GATEWAY_BIN" --backend "fixed=$UPSTREAM" \
     --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --no-engine-scrape ${GATEWAY_ARGS:-}
 GATEWAY=$STARTED_URL; GATEWAY_PID=$STARTED_PID
 TARGETS="direct forwarder gateway"
 if [[ -n "${BASELINE_BIN:-}" ]]; then
     # shellcheck disable=SC2086
-    start baseline "listening on" pin 1 env ${GATEWAY_ENV:-} "$BASELINE_BIN" --backend "fixed=$UPSTREAM" \
+    start baseline "listening on" pin "$PROXY_CPUS" env ${GATEWAY_ENV:-} "$BASELINE_BIN" --backend "fixed=$UPSTREAM" \
         --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --no-engine-scrape ${GATEWAY_ARGS:-}
     BASELINE=$STARTED_URL; BASELINE_PID=$STARTED_PID
     TARGETS="$TARGETS baseline"
@@ -98,7 +106,7 @@ for url in "$GATEWAY" "${BASELINE:-$GATEWAY}"; do
     done
 done
 
-echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg), PIN=${PIN:-0}"
+echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg), PIN=${PIN:-0} (proxy ${PROXY_CPUS}, upstream ${UPSTREAM_CPUS}, wrk ${LOAD_CPUS} with ${WRK_THREADS} threads)"
 echo "# upstream $UPSTREAM, forwarder $FORWARDER, gateway $GATEWAY; ${SECONDS_PER_RUN}s per run, $ROUNDS rounds"
 printf 'case\tc\ttarget\trequests\trps\tp50_us\tp99_us\tproxy_cpu_us_per_req\tupstream_cpu_us_per_req\tnon2xx\n'
 RESULTS=$WORK/results.tsv
@@ -121,7 +129,8 @@ for round in $(seq 1 "$ROUNDS"); do
                 esac
                 before=0; [[ -n "$pid" ]] && before=$(cpu_ticks "$pid")
                 up_before=$(cpu_ticks "$UPSTREAM_PID")
-                out=$( (pin 0 wrk -t1 -c"$c" -d"${SECONDS_PER_RUN}s" --latency \
+                threads=$(( c < WRK_THREADS ? c : WRK_THREADS ))  # wrk needs connections >= threads
+                out=$( (pin "$LOAD_CPUS" wrk -t"$threads" -c"$c" -d"${SECONDS_PER_RUN}s" --latency \
                     -s "$HERE/$case.lua" "$url/v1/chat/completions") )
                 after=0; [[ -n "$pid" ]] && after=$(cpu_ticks "$pid")
                 up_after=$(cpu_ticks "$UPSTREAM_PID")
