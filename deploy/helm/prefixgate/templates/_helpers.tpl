@@ -84,6 +84,20 @@ when TLS is on (the kubelet does not verify the certificate), unless it names a 
 {{- end }}
 
 {{/*
+A list of command-line arguments, each a quoted string: the API server refuses a number in
+`args`, and Helm reads a YAML number as a float (10000000 would print as 1e+07).
+*/}}
+{{- define "prefixgate.args" -}}
+{{- range . }}
+{{- if and (kindIs "float64" .) (eq . (float64 (int64 .))) }}
+- {{ int64 . | toString | quote }}
+{{- else }}
+- {{ toString . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 Settings the chart cannot honour yet, and combinations that cannot work, stop the render
 with a message instead of being ignored.
 */}}
