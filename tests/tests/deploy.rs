@@ -3,7 +3,7 @@
 //! refuses unknown keys) and validate, the ConfigMap discovers the StatefulSet's pods by the
 //! labels they carry (with the RBAC and token that needs), and the Deployment's grace period
 //! outlasts its preStop sleep plus the drain. The Helm
-//! chart renders its file from templates and is checked with Helm (`deploy/helm/README.md`).
+//! chart renders its file from templates and is checked with real Helm in `helm_chart.rs`.
 //! The YAML files are read as text (no YAML parser in the workspace), by the few fixed
 //! lines these checks need.
 
