@@ -12,13 +12,17 @@
 //! - [`hash`]: chained XXH64 block hashes over that byte stream;
 //! - [`index`]: the prefix index (block hash → model → pods), LRU by add, TTL since add;
 //! - [`load`]: per-pod outstanding counts (with an RAII guard) and scraped engine stats;
-//! - [`policy`]: `random`, `least-request`, `prefix-cache` (AIBrix v0.7.0), one file each;
+//! - [`families`]: the prompt families each pod serves lately (`prefix-load` places new
+//!   families by them);
+//! - [`policy`]: `random`, `least-request`, `prefix-cache` (AIBrix v0.7.0), and
+//!   prefixgate's `prefix-load`, one file or folder each;
 //! - [`decision`]: what a policy chose and why, for headers and metrics;
 //! - [`kv_sync`]: engines' KV-cache events decoded and applied to the index (KV-event sync);
 //! - [`router`]: the entry point that ties them together under a [`RouterConfig`].
 
 pub mod config;
 pub mod decision;
+pub mod families;
 pub mod hash;
 pub mod index;
 pub mod kv_sync;

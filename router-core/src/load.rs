@@ -22,6 +22,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::families::RecentFamilies;
+
 /// Engine statistics scraped from a replica's `/metrics` (`vllm:num_requests_running`,
 /// `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -50,6 +52,8 @@ pub struct PodLoad {
     /// ([`RequestWork::shared_prefix`]): how much of this pod's load one prefix makes, and
     /// whether a copy of it is still being prefilled here.
     prefixes: Mutex<HashMap<u64, PrefixCounts>>,
+    /// The prompt families routed here lately: the load this pod is committed to.
+    families: RecentFamilies,
 }
 
 /// One shared prefix's requests on one pod.
@@ -91,6 +95,7 @@ impl PodLoad {
             active_blocks: AtomicU64::new(0),
             pending_prefill_blocks: AtomicU64::new(0),
             prefixes: Mutex::new(HashMap::new()),
+            families: RecentFamilies::default(),
         })
     }
 
@@ -144,6 +149,12 @@ impl PodLoad {
     /// The counts stay consistent under a poisoned lock: every update is one map operation.
     fn prefixes(&self) -> std::sync::MutexGuard<'_, HashMap<u64, PrefixCounts>> {
         self.prefixes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The prompt families routed here lately (recorded by the router for prefix-aware
+    /// strategies).
+    pub fn families(&self) -> &RecentFamilies {
+        &self.families
     }
 
     /// Prompt blocks of the requests outstanding here.

@@ -184,6 +184,7 @@ impl Router {
             index: &self.index,
             config: &self.config,
             rng,
+            now,
         });
         let chosen = pods[choice.pod];
         // The work signals `prefix-load` reads: the prompt's blocks, and those the chosen pod
@@ -197,6 +198,17 @@ impl Router {
         });
         if strategy.uses_prefix_index() && !hashes.is_empty() {
             self.index.add(request.model, &hashes, chosen.name, now);
+        }
+        // Only `prefix-load`'s family term reads the families; with it off they cost nothing.
+        let weights = &self.config.prefix_load;
+        if strategy.uses_prefix_index()
+            && weights.family_weight > 0.0
+            && let Some(&root) = hashes.first()
+        {
+            chosen
+                .load
+                .families()
+                .record(root, now, weights.family_window_millis());
         }
         Ok(Routed {
             decision: Decision {
@@ -216,6 +228,8 @@ impl Router {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use rand::SeedableRng;
     use rand::rngs::StdRng;
 
@@ -229,6 +243,14 @@ mod tests {
             text,
             tokens: None,
         }
+    }
+
+    /// Pods "a" and "b" with these loads.
+    fn pods_a_and_b<'a>(a: &'a Arc<PodLoad>, b: &'a Arc<PodLoad>) -> [Candidate<'a>; 2] {
+        [
+            Candidate { name: "a", load: a },
+            Candidate { name: "b", load: b },
+        ]
     }
 
     #[test]
@@ -257,21 +279,53 @@ mod tests {
             router.request_hashes(&text_only).unwrap()
         );
         let (a, b) = (PodLoad::new(), PodLoad::new());
-        let pods = [
-            Candidate {
-                name: "a",
-                load: &a,
-            },
-            Candidate {
-                name: "b",
-                load: &b,
-            },
-        ];
+        let pods = pods_a_and_b(&a, &b);
         let mut rng = StdRng::seed_from_u64(0);
         let routed = router
             .route(Strategy::PrefixCache, &request, &pods, &mut rng, 0)
             .unwrap();
         assert_eq!(routed.decision.prefix_hashes, block_hashes(&bytes, 8, 0));
+    }
+
+    #[test]
+    fn families_are_recorded_only_for_prefix_load_s_family_term() {
+        let (a, b) = (PodLoad::new(), PodLoad::new());
+        let pods = pods_a_and_b(&a, &b);
+        let served = || {
+            let window = 60_000;
+            a.families().count(0, window) + b.families().count(0, window)
+        };
+        // Two prompt families of at least one full block (128 bytes) each.
+        let text = "first family ".repeat(20);
+        let other = "second family ".repeat(20);
+        let text = text.as_str();
+        let mut rng = StdRng::seed_from_u64(0);
+        let off = Router::new(RouterConfig::default()).unwrap();
+        let routed = off.route(Strategy::PrefixLoad, &request(text), &pods, &mut rng, 0);
+        drop(routed.unwrap());
+        assert_eq!(served(), 0, "family term off: nothing recorded");
+        let mut config = RouterConfig::default();
+        config.prefix_load.family_weight = 16.0;
+        let on = Router::new(config).unwrap();
+        for strategy in [Strategy::LeastRequest, Strategy::Random] {
+            drop(
+                on.route(strategy, &request(text), &pods, &mut rng, 0)
+                    .unwrap(),
+            );
+        }
+        assert_eq!(served(), 0, "strategies that hash nothing record nothing");
+        for strategy in [Strategy::PrefixLoad, Strategy::PrefixCache] {
+            drop(
+                on.route(strategy, &request(text), &pods, &mut rng, 0)
+                    .unwrap(),
+            );
+            drop(
+                on.route(strategy, &request(&other), &pods, &mut rng, 0)
+                    .unwrap(),
+            );
+        }
+        // Two families, each counted once per pod it went to.
+        assert!((2..=4).contains(&served()), "{}", served());
     }
 
     #[test]
@@ -324,16 +378,7 @@ mod tests {
         })
         .unwrap();
         let (a, b) = (PodLoad::new(), PodLoad::new());
-        let pods = [
-            Candidate {
-                name: "a",
-                load: &a,
-            },
-            Candidate {
-                name: "b",
-                load: &b,
-            },
-        ];
+        let pods = pods_a_and_b(&a, &b);
         let mut rng = StdRng::seed_from_u64(0);
         for strategy in [Strategy::Random, Strategy::LeastRequest] {
             let routed = router

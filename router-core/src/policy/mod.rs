@@ -10,6 +10,7 @@ use std::str::FromStr;
 
 use rand::RngCore;
 
+use crate::Millis;
 use crate::config::RouterConfig;
 use crate::decision::Selection;
 use crate::index::PrefixIndex;
@@ -92,6 +93,8 @@ pub struct PolicyInput<'a> {
     pub index: &'a PrefixIndex,
     pub config: &'a RouterConfig,
     pub rng: &'a mut dyn RngCore,
+    /// The caller's clock (see [`Millis`]), for signals that age.
+    pub now: Millis,
 }
 
 impl fmt::Debug for PolicyInput<'_> {

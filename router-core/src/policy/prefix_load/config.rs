@@ -28,6 +28,18 @@ pub struct PrefixLoadConfig {
     /// An owner carrying more than this many requests' work loses a hot prefix to an idle
     /// pod, so the copy is made while it is fast.
     pub idle_prefill_weight: f64,
+    /// `PREFIXGATE_PREFIX_LOAD_FAMILY_WEIGHT`: for a prompt no pod holds any of (a new
+    /// family), the cost of serving all the prompt families lately routed anywhere, in
+    /// prompts of this request's size; each pod is charged its share of them. A new family
+    /// goes where fewer families will keep sending their requests, and the charge is bounded
+    /// by this weight however many one-off prompts arrive. Off (0) by default: 16 serves
+    /// more over many simulated rounds but fewer on the seed's two (docs/POLICY.md, "New
+    /// families by the families each pod serves"), and with one-off prompts on unequal pods
+    /// it evens out arrivals, a cost not measured yet.
+    pub family_weight: f64,
+    /// `PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS`: a family stops counting as served by
+    /// a pod after this long without a request routed there.
+    pub family_window_seconds: f64,
 }
 
 impl Default for PrefixLoadConfig {
@@ -37,16 +49,20 @@ impl Default for PrefixLoadConfig {
             pending_weight: 0.5,
             waiting_weight: 2.0,
             idle_prefill_weight: 2.0,
+            family_weight: 0.0,
+            family_window_seconds: 60.0,
         }
     }
 }
 
 /// The environment variables [`PrefixLoadConfig::apply_env`] reads, in `--help` order.
-pub const PREFIX_LOAD_ENV_NAMES: [&str; 4] = [
+pub const PREFIX_LOAD_ENV_NAMES: [&str; 6] = [
     "PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_IDLE_PREFILL_WEIGHT",
+    "PREFIXGATE_PREFIX_LOAD_FAMILY_WEIGHT",
+    "PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS",
 ];
 
 /// Largest accepted weight: beyond it one term swamps the others entirely, which a user
@@ -60,18 +76,26 @@ impl PrefixLoadConfig {
         &mut self,
         lookup: &impl Fn(&str) -> Option<String>,
     ) -> Result<(), ConfigError> {
-        let [prefill, pending, waiting, idle] = PREFIX_LOAD_ENV_NAMES;
+        let [prefill, pending, waiting, idle, family, window] = PREFIX_LOAD_ENV_NAMES;
         for (name, field) in [
             (prefill, &mut self.prefill_weight),
             (pending, &mut self.pending_weight),
             (waiting, &mut self.waiting_weight),
             (idle, &mut self.idle_prefill_weight),
+            (family, &mut self.family_weight),
+            (window, &mut self.family_window_seconds),
         ] {
             if let Some(value) = lookup(name) {
                 *field = weight(name, &value, value.trim().parse().ok())?;
             }
         }
         Ok(())
+    }
+
+    /// [`family_window_seconds`](Self::family_window_seconds) in milliseconds (validated
+    /// values are at most 10⁶ s, so this neither overflows nor loses a whole millisecond).
+    pub fn family_window_millis(&self) -> crate::Millis {
+        (self.family_window_seconds * 1000.0).round() as crate::Millis
     }
 
     /// Checks weights read from a file (finite, 0 to 10⁶).
@@ -81,6 +105,11 @@ impl PrefixLoadConfig {
             ("prefix_load.pending_weight", self.pending_weight),
             ("prefix_load.waiting_weight", self.waiting_weight),
             ("prefix_load.idle_prefill_weight", self.idle_prefill_weight),
+            ("prefix_load.family_weight", self.family_weight),
+            (
+                "prefix_load.family_window_seconds",
+                self.family_window_seconds,
+            ),
         ] {
             weight(key, &value.to_string(), Some(value))?;
         }
@@ -123,6 +152,8 @@ mod tests {
             ("PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT", " 0 "),
             ("PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT", "7"),
             ("PREFIXGATE_PREFIX_LOAD_IDLE_PREFILL_WEIGHT", "0.5"),
+            ("PREFIXGATE_PREFIX_LOAD_FAMILY_WEIGHT", "8"),
+            ("PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS", "2.5"),
         ])
         .unwrap();
         assert_eq!(
@@ -132,8 +163,11 @@ mod tests {
                 pending_weight: 0.0,
                 waiting_weight: 7.0,
                 idle_prefill_weight: 0.5,
+                family_weight: 8.0,
+                family_window_seconds: 2.5,
             }
         );
+        assert_eq!(config.family_window_millis(), 2500);
         assert_eq!(with_env(&[]).unwrap(), PrefixLoadConfig::default());
         PrefixLoadConfig::default().validate().unwrap();
     }

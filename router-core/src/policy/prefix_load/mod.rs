@@ -8,6 +8,8 @@
 //!           + active(pod)                           work already placed there
 //!           + pending_weight · pending(pod)         prefills queued ahead of it there
 //!           + waiting_weight · waiting(pod) · mean  the engine's slot queue, when scraped
+//!           + family_weight · blocks · share(pod)   for a new family only: the families
+//!                                                   this pod is committed to
 //! w = idle_prefill_weight on a pod with nothing outstanding, prefill_weight otherwise
 //! ```
 //!
@@ -30,6 +32,12 @@
 //!   copy must share a busy engine. The idle price applies only to a prefix that is new or
 //!   in use (a pod holding it has one of its requests outstanding): a prefix nobody is
 //!   requesting right now gains nothing from a second home.
+//! - `share`: for a prompt no pod holds any block of (a new family), the pod's share of the
+//!   prompt families routed lately to any pod ([`RecentFamilies`](crate::families)). Each
+//!   family a pod serves will keep sending its requests there, so that is the load the pod
+//!   is committed to, which its outstanding requests only sample (a family between two
+//!   requests has none outstanding). As a share it is bounded by `family_weight` prompts
+//!   however many one-off prompts are counted.
 //! - A copy in progress is not a hit: the index records a prefix for a pod as soon as a
 //!   request is routed there, but until that request's first byte the pod is still
 //!   prefilling it, and a request sent after it would wait for the copy and slow it down.
@@ -108,12 +116,19 @@ impl Policy for PrefixLoad {
                 .iter()
                 .zip(&counts)
                 .any(|(&pct, c)| pct == best && c.outstanding > 0);
+        // A new family brings its later requests to wherever it goes first.
+        let committed = if best == 0 && weights.family_weight > 0.0 {
+            family_shares(input)
+        } else {
+            vec![0.0; input.pods.len()]
+        };
         let costs: Vec<f64> = input
             .pods
             .iter()
             .zip(&percents)
             .zip(&counts)
-            .map(|((pod, &pct), c)| {
+            .zip(&committed)
+            .map(|(((pod, &pct), c), &share)| {
                 // A copy still prefilling there is not a cache hit yet: this request would
                 // wait for it and slow it down, as if it prefilled the prompt itself.
                 let uncached = if c.copying > 0 {
@@ -122,6 +137,7 @@ impl Policy for PrefixLoad {
                     uncached_blocks(blocks, pct)
                 };
                 pod_cost(pod.load, uncached, weights, in_use)
+                    + weights.family_weight * blocks as f64 * share
             })
             .collect();
         let pod = cheapest(&costs, input.rng);
@@ -178,6 +194,22 @@ pub fn pod_cost(load: &PodLoad, uncached: u64, weights: &PrefixLoadConfig, idle_
         cost += weights.waiting_weight * f64::from(stats.waiting) * mean;
     }
     cost
+}
+
+/// Each pod's share of the prompt families lately routed to any of `input.pods` (all 0
+/// when none were), so that the family term is bounded by `family_weight` prompts.
+fn family_shares(input: &PolicyInput<'_>) -> Vec<f64> {
+    let window = input.config.prefix_load.family_window_millis();
+    let served: Vec<f64> = input
+        .pods
+        .iter()
+        .map(|pod| pod.load.families().count(input.now, window) as f64)
+        .collect();
+    let total: f64 = served.iter().sum();
+    if total == 0.0 {
+        return vec![0.0; served.len()];
+    }
+    served.iter().map(|n| n / total).collect()
 }
 
 /// A uniformly random index among the minima of `costs` (0 for an empty slice).

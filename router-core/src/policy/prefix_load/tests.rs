@@ -65,6 +65,28 @@ impl Cluster {
     }
 
     fn choose(&self, hashes: &[u64], seed: u64) -> Choice {
+        self.choose_at(hashes, seed, 0)
+    }
+
+    /// The same cluster with `prefix-load`'s family term at `weight` (off by default).
+    fn with_family_weight(mut self, weight: f64) -> Self {
+        self.config.prefix_load.family_weight = weight;
+        self
+    }
+
+    /// Pod `i` has served `families[i]` distinct prompt families, the last request of each
+    /// routed there at time 0.
+    fn serve_families(&self, families: &[u64]) {
+        let window = self.config.prefix_load.family_window_millis();
+        for (pod, &n) in families.iter().enumerate() {
+            for family in 0..n {
+                let root = 1_000_000 * (pod as u64 + 1) + family;
+                self.loads[pod].families().record(root, 0, window);
+            }
+        }
+    }
+
+    fn choose_at(&self, hashes: &[u64], seed: u64, now: crate::Millis) -> Choice {
         let pods: Vec<Candidate<'_>> = self
             .names
             .iter()
@@ -79,6 +101,7 @@ impl Cluster {
             index: &self.index,
             config: &self.config,
             rng: &mut rng,
+            now,
         })
     }
 }
@@ -262,6 +285,67 @@ fn with_no_match_it_is_least_loaded_and_ties_are_random() {
     }
     assert_eq!((seen[0], seen[3]), (0, 0), "{seen:?}");
     assert!(seen[1] > 0 && seen[2] > 0, "{seen:?}");
+}
+
+#[test]
+fn a_new_family_goes_where_fewer_families_are_served() {
+    // Equal loads: the pod serving fewer families takes the new one, whichever pod it is.
+    for (families, expected) in [([4, 3], 1), ([2, 5], 0)] {
+        let cluster = Cluster::new(&[busy(3), busy(3)], 40).with_family_weight(16.0);
+        cluster.serve_families(&families);
+        for seed in 0..20 {
+            let choice = cluster.choose(&request(8, 40), seed);
+            assert_eq!(choice.pod, expected, "{families:?}");
+            assert_eq!(choice.selection, Some(Selection::LeastRequestFallback));
+        }
+    }
+    // Families idle for a window no longer count: a tie again, broken at random.
+    let cluster = Cluster::new(&[busy(3), busy(3)], 40).with_family_weight(16.0);
+    cluster.serve_families(&[4, 3]);
+    let later = 2 * cluster.config.prefix_load.family_window_millis();
+    let chosen: Vec<usize> = (0..40)
+        .map(|seed| cluster.choose_at(&request(8, 40), seed, later).pod)
+        .collect();
+    assert!(chosen.contains(&0) && chosen.contains(&1), "{chosen:?}");
+}
+
+#[test]
+fn the_family_charge_is_bounded_by_family_weight_prompts() {
+    // Pod 0 serves every family lately routed, so it is charged `family_weight` (16)
+    // prompts for a new one: it still takes it when pod 1 carries more than that much
+    // extra work, and not when pod 1 carries less.
+    for (other, expected) in [(18, 0), (16, 1)] {
+        let cluster = Cluster::new(&[busy(1), busy(other)], 40).with_family_weight(16.0);
+        cluster.serve_families(&[10, 0]);
+        assert_eq!(cluster.choose(&request(8, 40), 0).pod, expected, "{other}");
+    }
+    // However many families it serves: the charge is a share, not a count.
+    let cluster = Cluster::new(&[busy(1), busy(18)], 40).with_family_weight(16.0);
+    cluster.serve_families(&[1000, 0]);
+    assert_eq!(cluster.choose(&request(8, 40), 0).pod, 0);
+}
+
+#[test]
+fn families_do_not_move_a_request_its_pod_holds() {
+    let cluster = Cluster::new(&[busy(3), busy(3)], 40).with_family_weight(16.0);
+    cluster.serve_families(&[10, 0]);
+    let hashes = request(3, 40);
+    cluster.hold(0, &hashes);
+    for seed in 0..20 {
+        let choice = cluster.choose(&hashes, seed);
+        assert_eq!(choice.pod, 0);
+        assert_eq!(choice.selection, Some(Selection::PrefixMatch));
+    }
+}
+
+#[test]
+fn by_default_families_change_nothing() {
+    let cluster = Cluster::new(&[busy(3), busy(3)], 40);
+    cluster.serve_families(&[10, 0]);
+    let chosen: Vec<usize> = (0..40)
+        .map(|seed| cluster.choose(&request(8, 40), seed).pod)
+        .collect();
+    assert!(chosen.contains(&0) && chosen.contains(&1), "{chosen:?}");
 }
 
 #[test]
