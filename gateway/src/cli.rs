@@ -32,6 +32,8 @@ prefix-load weights (the [routing.prefix_load] table):
   PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT
   PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT
   PREFIXGATE_PREFIX_LOAD_IDLE_PREFILL_WEIGHT
+  PREFIXGATE_PREFIX_LOAD_FAMILY_WEIGHT
+  PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS
 
 Every key of the file, with its flag and variable: config/gateway.example.toml.";
 
@@ -195,6 +197,14 @@ pub struct Cli {
     /// [default: 2.0].
     #[arg(long, value_name = "W")]
     pub prefix_load_idle_prefill_weight: Option<f64>,
+    /// prefix-load: cost, in prompts, of all the families lately served, charged to each pod
+    /// by its share when a new family is placed [default: 0 (off)].
+    #[arg(long, value_name = "W")]
+    pub prefix_load_family_weight: Option<f64>,
+    /// prefix-load: a family stops counting as served after this long without a request
+    /// [default: 60].
+    #[arg(long, value_name = "SECS")]
+    pub prefix_load_family_window_seconds: Option<f64>,
     /// Prefix block size in bytes of the tokenizer's stream [default: 128].
     #[arg(long, value_name = "BYTES")]
     pub block_size: Option<usize>,
@@ -374,6 +384,11 @@ impl Cli {
         set(
             &mut weights.idle_prefill_weight,
             &self.prefix_load_idle_prefill_weight,
+        );
+        set(&mut weights.family_weight, &self.prefix_load_family_weight);
+        set(
+            &mut weights.family_window_seconds,
+            &self.prefix_load_family_window_seconds,
         );
         set(&mut config.routing.block_size, &self.block_size);
         set(&mut config.routing.hash_seed, &self.hash_seed);
