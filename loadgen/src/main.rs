@@ -24,6 +24,7 @@ use loadgen::run::{
 };
 use loadgen::workload::Matrix;
 use mock_engine::model::EngineProfile;
+use router_core::RouterConfig;
 
 mod operations_command;
 
@@ -31,7 +32,10 @@ mod operations_command;
 #[command(
     name = "loadgen",
     version,
-    about = "prefixgate's load generator: the 24-phase routing matrix, simulated or live, in the seed's schema"
+    about = "prefixgate's load generator: the 24-phase routing matrix, simulated or live, in the seed's schema",
+    after_help = "Routing settings (simulate, matrix --local, operations --local): the environment variables \
+prefixgate reads, AIBRIX_PREFIX_CACHE_* and PREFIXGATE_PREFIX_LOAD_* (listed by prefixgate --help); \
+an invalid value is an error naming the variable."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -75,6 +79,17 @@ impl Selection {
         }
         Ok(m)
     }
+}
+
+/// The routing settings from the environment variables prefixgate reads
+/// (`AIBRIX_PREFIX_CACHE_*`, `PREFIXGATE_PREFIX_LOAD_*`), so that a simulated or local run
+/// routes as a gateway started with the same environment would.
+fn routing_from_env() -> Result<RouterConfig> {
+    let mut routing = RouterConfig::default();
+    routing
+        .apply_env(|name| std::env::var(name).ok())
+        .context("routing settings from the environment")?;
+    Ok(routing)
 }
 
 /// The stack `--local` starts (shared by `matrix` and `operations`).
@@ -201,6 +216,7 @@ fn main() -> Result<()> {
             let profile = EngineProfile::load(&engine_profile)
                 .with_context(|| format!("engine profile {engine_profile:?}"))?;
             let mut options = SimOptions::seed_like(profile);
+            options.router = routing_from_env()?;
             options.replicas = replicas;
             options.replica_prefix = replica_prefix;
             options.kv_sync = kv_sync;
@@ -234,6 +250,7 @@ fn main() -> Result<()> {
                         time_scale,
                         model,
                         admission: Default::default(),
+                        routing: routing_from_env()?,
                     })
                     .await
                     .map_err(anyhow::Error::msg)?;

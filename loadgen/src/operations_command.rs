@@ -102,6 +102,7 @@ pub fn run(args: OperationsArgs) -> Result<()> {
             profile,
             stack.time_scale,
             model,
+            crate::routing_from_env()?,
         )))
     } else {
         let gateway = gateway.context("--gateway URL is required without --local")?;

@@ -61,7 +61,14 @@ async fn a_tiny_operations_file_runs_locally_in_the_seed_schema() {
     let ops = Operations::from_toml_str(TINY, "tiny").unwrap();
     let phases = ops.select(&[]).unwrap();
     let profile = EngineProfile::builtin("l20-qwen27b-fp8").expect("builtin L20 profile");
-    let stacks = LocalStacks::new("L20-".into(), 2, profile, 50.0, "m".into());
+    let stacks = LocalStacks::new(
+        "L20-".into(),
+        2,
+        profile,
+        50.0,
+        "m".into(),
+        router_core::RouterConfig::default(),
+    );
     let runner = OperationsRunner::new(http_client(), ops.tenant_header.clone());
     let mut seen = Vec::new();
     let mut progress = |done, p: &loadgen::measure::OperationsPhaseResult| {

@@ -206,7 +206,8 @@ fn prefix_load_beats_the_best_other_route_on_the_simulated_matrix() {
     );
 }
 
-/// Weights from `PL_WEIGHTS` ("prefill,pending,waiting[,idle_prefill];…"), else the defaults.
+/// Weights from `PL_WEIGHTS` ("prefill,pending,waiting[,idle_prefill[,family]];…"), else the
+/// defaults.
 fn weight_sets() -> Vec<PrefixLoadConfig> {
     let Ok(spec) = std::env::var("PL_WEIGHTS") else {
         return vec![PrefixLoadConfig::default()];
@@ -223,6 +224,8 @@ fn weight_sets() -> Vec<PrefixLoadConfig> {
                 pending_weight: w[1],
                 waiting_weight: w[2],
                 idle_prefill_weight: w.get(3).copied().unwrap_or(default.idle_prefill_weight),
+                family_weight: w.get(4).copied().unwrap_or(default.family_weight),
+                ..default
             }
         })
         .collect()
@@ -588,6 +591,12 @@ fn evaluation_ensemble() {
                     ours.len(),
                     means.join(", ")
                 );
+                // Per round too, so that two weight sets can be compared round by round.
+                let best: Vec<usize> = (0..ours.len())
+                    .map(|i| others.iter().map(|o| o[i]).max().unwrap_or(0))
+                    .collect();
+                println!("{families} families, {scenario}, prefix-load per round: {ours:?}");
+                println!("{families} families, {scenario}, best other per round: {best:?}");
             }
             println!(
                 "{families} families, all scenarios: prefix-load {:.2} good per round, below the best other in {below_all} cells\n",

@@ -13,6 +13,7 @@ use gateway::config::BackendConfig;
 use gateway::{GatewayConfig, GatewayHandle};
 use mock_engine::model::EngineProfile;
 use mock_engine::server::{FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica};
+use router_core::RouterConfig;
 
 use super::live::{LiveTarget, ReplicaEndpoint};
 use crate::measure::Slo;
@@ -34,6 +35,9 @@ pub struct LocalOptions {
     pub model: String,
     /// The gateway's `[admission]` table (tenant caps for the operations phases).
     pub admission: AdmissionConfig,
+    /// The gateway's routing settings (`loadgen` reads them from the environment variables
+    /// prefixgate reads).
+    pub routing: RouterConfig,
 }
 
 impl LocalStack {
@@ -78,6 +82,7 @@ impl LocalStack {
                 })
                 .collect(),
             admission: options.admission,
+            routing: options.routing,
             ..GatewayConfig::default()
         };
         let gateway = match gateway::start(config).await {
@@ -145,6 +150,7 @@ mod tests {
             time_scale: 100.0,
             model: "m".into(),
             admission: AdmissionConfig::default(),
+            routing: RouterConfig::default(),
         })
         .await
         .unwrap();
@@ -192,6 +198,7 @@ mod tests {
             time_scale: 0.0,
             model: "m".into(),
             admission: AdmissionConfig::default(),
+            routing: RouterConfig::default(),
         })
         .await
         .unwrap_err();

@@ -7,6 +7,7 @@
 use std::future::Future;
 
 use mock_engine::model::EngineProfile;
+use router_core::RouterConfig;
 use tokio::time::Instant;
 
 use super::live::LiveTarget;
@@ -39,6 +40,7 @@ pub struct LocalStacks {
     profile: EngineProfile,
     time_scale: f64,
     model: String,
+    routing: RouterConfig,
     current: Option<(StackShape, LocalStack)>,
 }
 
@@ -50,6 +52,7 @@ impl LocalStacks {
         profile: EngineProfile,
         time_scale: f64,
         model: String,
+        routing: RouterConfig,
     ) -> Self {
         LocalStacks {
             names_prefix,
@@ -57,6 +60,7 @@ impl LocalStacks {
             profile,
             time_scale,
             model,
+            routing,
             current: None,
         }
     }
@@ -92,6 +96,7 @@ impl LocalStacks {
                 time_scale: self.time_scale,
                 model: self.model.clone(),
                 admission: shape.admission.clone(),
+                routing: self.routing.clone(),
             })
             .await?;
             self.current = Some((shape.clone(), stack));
@@ -239,6 +244,7 @@ mod tests {
             EngineProfile::builtin("fast").expect("builtin fast profile"),
             1.0,
             "m".into(),
+            RouterConfig::default(),
         );
         let fixed1 = stacks.shape_for(&ops.phases[0], "x-t");
         assert_eq!(fixed1.replicas, 1);
