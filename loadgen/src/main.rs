@@ -131,7 +131,8 @@ enum Command {
         /// Number of simulated replicas.
         #[arg(long, default_value_t = 2)]
         replicas: usize,
-        /// Engine profile: a built-in name or a .toml path.
+        /// Engine profile: a built-in name or a .toml path; a comma-separated list gives
+        /// unequal replicas (replica i runs the list's profile i modulo its length).
         #[arg(long, default_value = "l20-qwen27b-fp8")]
         engine_profile: String,
         /// Replica names are this prefix plus A, B, C, …
@@ -213,9 +214,17 @@ fn main() -> Result<()> {
             selection,
         } => {
             let m = selection.matrix()?;
-            let profile = EngineProfile::load(&engine_profile)
-                .with_context(|| format!("engine profile {engine_profile:?}"))?;
-            let mut options = SimOptions::seed_like(profile);
+            let profiles = engine_profile
+                .split(',')
+                .map(|name| {
+                    EngineProfile::load(name.trim())
+                        .with_context(|| format!("engine profile {name:?}"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let mut options = SimOptions::seed_like(profiles[0].clone());
+            if profiles.len() > 1 {
+                options.replica_profiles = profiles;
+            }
             options.router = routing_from_env()?;
             options.replicas = replicas;
             options.replica_prefix = replica_prefix;

@@ -36,6 +36,9 @@ const PHASE_GAP: f64 = 10.0;
 pub struct SimOptions {
     pub replicas: usize,
     pub profile: EngineProfile,
+    /// Unequal replicas: when not empty, replica `i` runs `replica_profiles[i % len]`
+    /// instead of `profile` (which still names the run when it is the same list's first).
+    pub replica_profiles: Vec<EngineProfile>,
     /// Replica names are this prefix plus A, B, C, … (`L20-` gives the seed's `L20-A`, `L20-B`).
     pub replica_prefix: String,
     /// The served model name (routing keys the prefix index by it).
@@ -82,6 +85,7 @@ impl SimOptions {
         SimOptions {
             replicas: 2,
             profile,
+            replica_profiles: Vec::new(),
             replica_prefix: "L20-".into(),
             model: "Qwen3.8-27B-FP8".into(),
             router: RouterConfig::default(),
@@ -93,17 +97,29 @@ impl SimOptions {
         }
     }
 
+    /// The engine profile's name, or the replicas' names in turn (`a, b`) when unequal.
+    pub fn profile_names(&self) -> String {
+        if self.replica_profiles.is_empty() {
+            return self.profile.name.clone();
+        }
+        let names: Vec<&str> = self
+            .replica_profiles
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        names.join(", ")
+    }
+
     /// A fresh cluster of these replicas, engines and router, routing with `rng`.
     pub fn cluster(&self, rng: StdRng) -> Result<SimCluster, SimError> {
         let router = Router::new(self.router.clone())
             .map_err(|e| SimError::Config(format!("router configuration: {e}")))?;
-        let cluster = SimCluster::new(
-            self.replica_names(),
-            &self.profile,
-            router,
-            rng,
-            &self.model,
-        );
+        let profiles = if self.replica_profiles.is_empty() {
+            std::slice::from_ref(&self.profile)
+        } else {
+            &self.replica_profiles
+        };
+        let cluster = SimCluster::new(self.replica_names(), profiles, router, rng, &self.model);
         if self.kv_sync {
             cluster.with_kv_sync()
         } else {
@@ -197,12 +213,12 @@ pub fn simulate_matrix_runs(
         runtime: format!(
             "prefixgate loadgen {} simulate (mock-engine profile {}{sync_note})",
             env!("CARGO_PKG_VERSION"),
-            options.profile.name
+            options.profile_names()
         ),
         runtime_image_digests: Vec::new(),
         aibrix: "router-core (AIBrix v0.7.0 prefix-cache semantics)".into(),
         replicas: options.replicas,
-        gpu_per_replica: format!("simulated {}", options.profile.name),
+        gpu_per_replica: format!("simulated {}", options.profile_names()),
         measured_phases: results.len(),
         planned_phases: phases.len(),
         complete: failure.is_none() && results.len() == phases.len(),

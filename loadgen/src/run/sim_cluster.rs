@@ -118,10 +118,14 @@ pub struct SimCluster {
 }
 
 impl SimCluster {
-    /// A cluster of one engine per name, all idle at time 0.
+    /// A cluster of one engine per name, all idle at time 0; engine `i` runs
+    /// `profiles[i % profiles.len()]` (one profile for all, or unequal replicas).
+    ///
+    /// # Panics
+    /// If `profiles` is empty.
     pub fn new(
         names: Vec<String>,
-        profile: &EngineProfile,
+        profiles: &[EngineProfile],
         router: Router,
         rng: StdRng,
         model: &str,
@@ -129,7 +133,8 @@ impl SimCluster {
         SimCluster {
             engines: names
                 .iter()
-                .map(|_| EngineModel::new(profile.clone()))
+                .enumerate()
+                .map(|(i, _)| EngineModel::new(profiles[i % profiles.len()].clone()))
                 .collect(),
             loads: names.iter().map(|_| PodLoad::new()).collect(),
             names,

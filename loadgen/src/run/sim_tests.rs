@@ -386,3 +386,41 @@ fn kv_sync_forgets_what_an_engine_evicts() {
         }
     }
 }
+
+#[test]
+fn unequal_replicas_run_their_own_profiles() {
+    // The fast profile answers well inside the SLO; the calibrated one does not for cold
+    // prompts. Alternating them, replica A (fast) serves better than replica B.
+    let fast = EngineProfile::builtin("fast").expect("builtin fast profile");
+    let l20 = EngineProfile::builtin("l20-qwen27b-fp8").expect("builtin profile");
+    let mut unequal = options();
+    unequal.replica_profiles = vec![fast.clone(), l20.clone()];
+    assert_eq!(unequal.profile_names(), "fast, l20-qwen27b-fp8");
+    let matrix = reduced(12)
+        .with_routes(&["least-request".to_owned()])
+        .unwrap();
+    let result = simulate_matrix(&matrix, &unequal, &mut |_, _| {}).unwrap();
+    assert!(
+        result.runtime.contains("fast, l20-qwen27b-fp8"),
+        "{}",
+        result.runtime
+    );
+    let all_fast = SimOptions::seed_like(fast);
+    let fast_result = simulate_matrix(&matrix, &all_fast, &mut |_, _| {}).unwrap();
+    let all_l20 = simulate_matrix(&matrix, &options(), &mut |_, _| {}).unwrap();
+    let ttft_sum = |r: &MatrixResult| -> f64 {
+        r.phases
+            .iter()
+            .map(|p| p.ttft.p95.unwrap_or(f64::INFINITY))
+            .sum()
+    };
+    // Between the two equal clusters, strictly: each replica ran its own profile.
+    assert!(
+        ttft_sum(&fast_result) < ttft_sum(&result),
+        "unequal no slower than all fast"
+    );
+    assert!(
+        ttft_sum(&result) < ttft_sum(&all_l20),
+        "unequal no faster than all L20"
+    );
+}
