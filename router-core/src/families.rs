@@ -7,6 +7,10 @@
 //! only sample that load: a family between two requests has none outstanding, yet its
 //! next request will come to this pod.
 //!
+//! Each entry also says whether the family has recurred (a second request routed here):
+//! the policy scales the term by that fraction, so a stream of one-off prompts, each its
+//! own "family" that will never come back, steers nothing.
+//!
 //! Bounded: entries idle for a window are pruned at least every quarter window, and at
 //! most [`MAX_FAMILIES`] are kept per pod (beyond that new ones are not counted, so the
 //! count saturates instead of growing with a flood of one-off prompts).
@@ -27,9 +31,28 @@ pub struct RecentFamilies {
 
 #[derive(Debug, Default)]
 struct Seen {
-    /// First-block hash → when a request of that family was last routed here.
-    last: HashMap<u64, Millis>,
+    /// First-block hash → the family's entry.
+    last: HashMap<u64, Family>,
+    /// How many of the entries have recurred (kept with them, so reading it is O(1)).
+    recurring: usize,
     pruned_at: Millis,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Family {
+    /// When a request of the family was last routed here.
+    last: Millis,
+    /// A second request of it has been routed here.
+    recurred: bool,
+}
+
+/// The families [`RecentFamilies::count`] found, and how many of them have recurred.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FamilyCount {
+    pub families: usize,
+    /// Families with at least two requests routed here within the window: proof that the
+    /// prompts are families at all, not one-off prompts.
+    pub recurring: usize,
 }
 
 impl Seen {
@@ -39,7 +62,8 @@ impl Seen {
         let due = now.saturating_sub(self.pruned_at) >= (window / 4).max(1);
         if due || self.last.len() >= MAX_FAMILIES {
             self.last
-                .retain(|_, last| now.saturating_sub(*last) < window);
+                .retain(|_, family| now.saturating_sub(family.last) < window);
+            self.recurring = self.last.values().filter(|f| f.recurred).count();
             self.pruned_at = now;
         }
     }
@@ -51,18 +75,35 @@ impl RecentFamilies {
     pub fn record(&self, root: u64, now: Millis, window: Millis) {
         let mut seen = self.seen();
         seen.prune(now, window);
-        if seen.last.len() < MAX_FAMILIES || seen.last.contains_key(&root) {
-            let last = seen.last.entry(root).or_insert(now);
-            *last = (*last).max(now);
+        let Seen {
+            last, recurring, ..
+        } = &mut *seen;
+        if let Some(family) = last.get_mut(&root) {
+            family.last = family.last.max(now);
+            if !family.recurred {
+                family.recurred = true;
+                *recurring += 1;
+            }
+        } else if last.len() < MAX_FAMILIES {
+            last.insert(
+                root,
+                Family {
+                    last: now,
+                    recurred: false,
+                },
+            );
         }
     }
 
     /// The families with a request routed here within `window` before `now` (entries up to
     /// a quarter window older may still count until the next sweep).
-    pub fn count(&self, now: Millis, window: Millis) -> usize {
+    pub fn count(&self, now: Millis, window: Millis) -> FamilyCount {
         let mut seen = self.seen();
         seen.prune(now, window);
-        seen.last.len()
+        FamilyCount {
+            families: seen.last.len(),
+            recurring: seen.recurring,
+        }
     }
 
     /// Every update is one map operation, so the map stays consistent under a poisoned lock.
@@ -84,7 +125,40 @@ mod tests {
             families.record(7, t * 1000, WINDOW);
         }
         families.record(8, 10_000, WINDOW);
-        assert_eq!(families.count(10_000, WINDOW), 2);
+        assert_eq!(families.count(10_000, WINDOW).families, 2);
+    }
+
+    #[test]
+    fn a_family_recurs_with_its_second_request_and_stops_with_its_entry() {
+        let families = RecentFamilies::default();
+        families.record(1, 0, WINDOW);
+        families.record(2, 0, WINDOW);
+        let count = |now| families.count(now, WINDOW);
+        assert_eq!(
+            count(0),
+            FamilyCount {
+                families: 2,
+                recurring: 0
+            }
+        );
+        families.record(1, 1_000, WINDOW);
+        families.record(1, 2_000, WINDOW);
+        assert_eq!(
+            count(2_000),
+            FamilyCount {
+                families: 2,
+                recurring: 1
+            }
+        );
+        // Family 2 idles out; family 1 (last seen at 2 s) goes at the sweep after 62 s.
+        assert_eq!(
+            count(61_000),
+            FamilyCount {
+                families: 1,
+                recurring: 1
+            }
+        );
+        assert_eq!(count(80_000), FamilyCount::default());
     }
 
     #[test]
@@ -94,10 +168,10 @@ mod tests {
         families.record(2, 50_000, WINDOW);
         // Family 1 was last seen at 0 ms. The sweep at 66 s (more than a quarter window
         // after the one at 50 s) drops it and keeps family 2 (16 s idle).
-        assert_eq!(families.count(66_000, WINDOW), 1);
+        assert_eq!(families.count(66_000, WINDOW).families, 1);
         families.record(1, 67_000, WINDOW);
-        assert_eq!(families.count(67_000, WINDOW), 2);
-        assert_eq!(families.count(200_000, WINDOW), 0);
+        assert_eq!(families.count(67_000, WINDOW).families, 2);
+        assert_eq!(families.count(200_000, WINDOW).families, 0);
     }
 
     #[test]
@@ -106,10 +180,10 @@ mod tests {
         for root in 0..(MAX_FAMILIES as u64 + 100) {
             families.record(root, 1, WINDOW);
         }
-        assert_eq!(families.count(1, WINDOW), MAX_FAMILIES);
+        assert_eq!(families.count(1, WINDOW).families, MAX_FAMILIES);
         // A family already counted still refreshes; it does not need a free slot.
         families.record(0, 30_000, WINDOW);
-        assert_eq!(families.count(70_000, WINDOW), 1);
+        assert_eq!(families.count(70_000, WINDOW).families, 1);
     }
 
     #[test]
@@ -117,8 +191,8 @@ mod tests {
         let families = RecentFamilies::default();
         families.record(1, 10_000, WINDOW);
         families.record(1, 5_000, WINDOW);
-        assert_eq!(families.count(5_000, WINDOW), 1);
-        assert_eq!(families.count(69_000, WINDOW), 1);
-        assert_eq!(families.count(85_000, WINDOW), 0);
+        assert_eq!(families.count(5_000, WINDOW).families, 1);
+        assert_eq!(families.count(69_000, WINDOW).families, 1);
+        assert_eq!(families.count(85_000, WINDOW).families, 0);
     }
 }

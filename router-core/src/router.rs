@@ -293,7 +293,7 @@ mod tests {
         let pods = pods_a_and_b(&a, &b);
         let served = || {
             let window = 60_000;
-            a.families().count(0, window) + b.families().count(0, window)
+            a.families().count(0, window).families + b.families().count(0, window).families
         };
         // Two prompt families of at least one full block (128 bytes) each.
         let text = "first family ".repeat(20);

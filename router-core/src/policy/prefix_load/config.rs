@@ -30,12 +30,12 @@ pub struct PrefixLoadConfig {
     pub idle_prefill_weight: f64,
     /// `PREFIXGATE_PREFIX_LOAD_FAMILY_WEIGHT`: for a prompt no pod holds any of (a new
     /// family), the cost of serving all the prompt families lately routed anywhere, in
-    /// prompts of this request's size; each pod is charged its share of them. A new family
-    /// goes where fewer families will keep sending their requests, and the charge is bounded
-    /// by this weight however many one-off prompts arrive. Off (0) by default: 16 serves
-    /// more over many simulated rounds but fewer on the seed's two (docs/POLICY.md, "New
-    /// families by the families each pod serves"), and with one-off prompts on unequal pods
-    /// it evens out arrivals (3 of 96 good requests per phase lost in simulation).
+    /// prompts of this request's size; each pod is charged its share of them, scaled by the
+    /// fraction of them that have recurred. A new family goes where fewer families will keep
+    /// sending their requests; the charge is bounded by this weight, and one-off prompts
+    /// steer nothing. Off (0) by default: 16 serves more in cold phases over many simulated
+    /// rounds but fewer on the seed's two, locally (docs/POLICY.md, "New families by the
+    /// families each pod serves").
     pub family_weight: f64,
     /// `PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS`: a family stops counting as served by
     /// a pod after this long without a request routed there.

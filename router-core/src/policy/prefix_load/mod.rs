@@ -36,8 +36,9 @@
 //!   prompt families routed lately to any pod ([`RecentFamilies`](crate::families)). Each
 //!   family a pod serves will keep sending its requests there, so that is the load the pod
 //!   is committed to, which its outstanding requests only sample (a family between two
-//!   requests has none outstanding). As a share it is bounded by `family_weight` prompts
-//!   however many one-off prompts are counted.
+//!   requests has none outstanding). As a share it is bounded by `family_weight` prompts,
+//!   and it is scaled by the fraction of those families that have recurred, so one-off
+//!   prompts (which would only even out arrivals, at a cost on unequal pods) steer nothing.
 //! - A copy in progress is not a hit: the index records a prefix for a pod as soon as a
 //!   request is routed there, but until that request's first byte the pod is still
 //!   prefilling it, and a request sent after it would wait for the copy and slow it down.
@@ -67,6 +68,7 @@ use rand::Rng;
 use super::least_request::least_loaded_of;
 use super::{Choice, Policy, PolicyInput};
 use crate::decision::Selection;
+use crate::families::FamilyCount;
 use crate::load::{PodLoad, PrefixCounts};
 
 pub mod config;
@@ -196,20 +198,27 @@ pub fn pod_cost(load: &PodLoad, uncached: u64, weights: &PrefixLoadConfig, idle_
     cost
 }
 
-/// Each pod's share of the prompt families lately routed to any of `input.pods` (all 0
-/// when none were), so that the family term is bounded by `family_weight` prompts.
+/// Each pod's share of the prompt families lately routed to any of `input.pods`, scaled by
+/// the fraction of them that have recurred (all 0 when none were routed): bounded by
+/// `family_weight` prompts, and fading to nothing when the prompts turn out to be one-off
+/// prompts rather than families, which would only even out arrivals.
 fn family_shares(input: &PolicyInput<'_>) -> Vec<f64> {
     let window = input.config.prefix_load.family_window_millis();
-    let served: Vec<f64> = input
+    let counts: Vec<FamilyCount> = input
         .pods
         .iter()
-        .map(|pod| pod.load.families().count(input.now, window) as f64)
+        .map(|pod| pod.load.families().count(input.now, window))
         .collect();
-    let total: f64 = served.iter().sum();
-    if total == 0.0 {
-        return vec![0.0; served.len()];
+    let total: usize = counts.iter().map(|c| c.families).sum();
+    let recurring: usize = counts.iter().map(|c| c.recurring).sum();
+    if total == 0 {
+        return vec![0.0; counts.len()];
     }
-    served.iter().map(|n| n / total).collect()
+    let families_at_all = recurring as f64 / total as f64;
+    counts
+        .iter()
+        .map(|c| families_at_all * c.families as f64 / total as f64)
+        .collect()
 }
 
 /// A uniformly random index among the minima of `costs` (0 for an empty slice).

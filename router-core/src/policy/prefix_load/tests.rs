@@ -74,14 +74,22 @@ impl Cluster {
         self
     }
 
-    /// Pod `i` has served `families[i]` distinct prompt families, the last request of each
-    /// routed there at time 0.
+    /// Pod `i` has served `families[i]` distinct prompt families, two requests of each (so
+    /// they have recurred), the last at time 0.
     fn serve_families(&self, families: &[u64]) {
+        self.serve_prompts(families, 2);
+    }
+
+    /// Pod `i` has served `prompts[i]` distinct first blocks, `requests` requests of each,
+    /// all at time 0.
+    fn serve_prompts(&self, prompts: &[u64], requests: u32) {
         let window = self.config.prefix_load.family_window_millis();
-        for (pod, &n) in families.iter().enumerate() {
+        for (pod, &n) in prompts.iter().enumerate() {
             for family in 0..n {
                 let root = 1_000_000 * (pod as u64 + 1) + family;
-                self.loads[pod].families().record(root, 0, window);
+                for _ in 0..requests {
+                    self.loads[pod].families().record(root, 0, window);
+                }
             }
         }
     }
@@ -307,6 +315,26 @@ fn a_new_family_goes_where_fewer_families_are_served() {
         .map(|seed| cluster.choose_at(&request(8, 40), seed, later).pod)
         .collect();
     assert!(chosen.contains(&0) && chosen.contains(&1), "{chosen:?}");
+}
+
+#[test]
+fn one_off_prompts_are_not_families_and_steer_nothing() {
+    // Every first block seen once: the share fades to nothing, ties stay random.
+    let cluster = Cluster::new(&[busy(3), busy(3)], 40).with_family_weight(16.0);
+    cluster.serve_prompts(&[10, 0], 1);
+    let chosen: Vec<usize> = (0..40)
+        .map(|seed| cluster.choose(&request(8, 40), seed).pod)
+        .collect();
+    assert!(chosen.contains(&0) && chosen.contains(&1), "{chosen:?}");
+    // Half of them recurring (the first 5 of 10 seen again): the charge is half as strong.
+    // Pod 0 is charged 8 prompts, so a new family goes to a pod 7 requests busier, but not
+    // to one 9 requests busier.
+    for (other, expected) in [(10, 1), (12, 0)] {
+        let cluster = Cluster::new(&[busy(3), busy(other)], 40).with_family_weight(16.0);
+        cluster.serve_prompts(&[10, 0], 1);
+        cluster.serve_families(&[5, 0]);
+        assert_eq!(cluster.choose(&request(8, 40), 0).pod, expected, "{other}");
+    }
 }
 
 #[test]
