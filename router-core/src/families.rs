@@ -11,9 +11,10 @@
 //! the policy scales the term by that fraction, so a stream of one-off prompts, each its
 //! own "family" that will never come back, steers nothing.
 //!
-//! Bounded: entries idle for a window are pruned at least every quarter window, and at
-//! most [`MAX_FAMILIES`] are kept per pod (beyond that new ones are not counted, so the
-//! count saturates instead of growing with a flood of one-off prompts).
+//! Bounded: entries idle for a window are pruned every quarter window (one sweep, however
+//! many requests come between), and at most [`MAX_FAMILIES`] are kept per pod (beyond that
+//! new ones are not counted until a sweep makes room, so the count saturates instead of
+//! growing with a flood of one-off prompts).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -57,10 +58,11 @@ pub struct FamilyCount {
 
 impl Seen {
     /// Drops the families idle for `window` when a quarter window has passed since the
-    /// last sweep, or the map is full.
+    /// last sweep. Only then: a full map is not swept per request (a flood of one-off
+    /// prompts would make every request pay for the whole map); new families are simply
+    /// not counted until the next sweep makes room.
     fn prune(&mut self, now: Millis, window: Millis) {
-        let due = now.saturating_sub(self.pruned_at) >= (window / 4).max(1);
-        if due || self.last.len() >= MAX_FAMILIES {
+        if now.saturating_sub(self.pruned_at) >= (window / 4).max(1) {
             self.last
                 .retain(|_, family| now.saturating_sub(family.last) < window);
             self.recurring = self.last.values().filter(|f| f.recurred).count();
