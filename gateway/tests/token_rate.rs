@@ -209,9 +209,12 @@ async fn a_request_no_replica_took_gets_its_tokens_back_once_whatever_the_retrie
             "both replicas tried"
         );
         wait_released(&gateway).await;
+        // No bucket means a full one: the gateway's periodic sweep forgets a bucket once it
+        // is full and no response holds it, which a full refund can make it at any moment.
+        // Without the refund the bucket would be held at under 1 000 tokens, never dropped.
         let level = gateway.admission().token_level("B");
         assert!(
-            level.is_some_and(|l| l >= (BURST - 1) as f64),
+            level.is_none_or(|l| l >= (BURST - 1) as f64),
             "refunded in full: {level:?}"
         );
     }
