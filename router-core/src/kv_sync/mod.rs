@@ -7,18 +7,37 @@
 //! added to or removed from the same [`crate::index::PrefixIndex`] the policies read
 //! (AIBrix's `using_kv_sync="true"` mode, with its bugs fixed: see [`pod_sync`]).
 //!
-//! - [`wire`]: the msgpack payload of one ZMQ message → [`KvEvent`]s (no sockets here);
+//! - [`wire`]: the msgpack payload of one ZMQ message → [`KvEvent`]s (no sockets here), in
+//!   vLLM's positional form, and [`wire_map`] in its newer named-field (map) form;
 //! - [`pod_sync`]: one pod's engine-block → router-block map, applied to the index.
 //!
 //! The request side must hash the same bytes the events carry: token ids as 4-byte
 //! big-endian, so the gateway tokenizes with the engine (`/tokenize`) and passes the ids in
 //! [`crate::RouteRequest::tokens`]. The socket, replay and reconnect logic is the gateway's.
 
+use std::borrow::Cow;
+
 pub mod pod_sync;
 pub mod wire;
+pub mod wire_map;
 
 pub use pod_sync::{Applied, DEFAULT_MAX_ENGINE_BLOCKS, PodSync, SyncError, SyncSettings};
 pub use wire::{EventBatch, KvEvent, WireError, decode_batch};
+
+/// The models a `BlockStored` is indexed under: a LoRA adapter's blocks under the adapter's
+/// name only, the base model's under every model the pod serves (`served`).
+///
+/// vLLM hashes a LoRA request's blocks with the adapter's name (its `extra_keys`), so they
+/// serve only requests for that adapter, and vLLM's OpenAI server takes the adapter's name
+/// as the request's `model`, which is what the index is keyed by. The base model's blocks
+/// stay under every served name because a replica's model list does not say which names
+/// are adapters.
+pub fn index_models<'a>(lora_name: Option<&str>, served: &'a [String]) -> Cow<'a, [String]> {
+    match lora_name {
+        Some(adapter) => Cow::Owned(vec![adapter.to_owned()]),
+        None => Cow::Borrowed(served),
+    }
+}
 
 /// Token ids as the byte stream the router hashes (4 bytes big-endian each, AIBrix's
 /// remote-tokenizer layout).
@@ -26,5 +45,7 @@ pub fn token_bytes(ids: &[u32]) -> Vec<u8> {
     ids.iter().flat_map(|id| id.to_be_bytes()).collect()
 }
 
+#[cfg(test)]
+mod forms_tests;
 #[cfg(test)]
 mod tests;

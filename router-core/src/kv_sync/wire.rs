@@ -1,24 +1,33 @@
-//! Decoding vLLM's KV-cache event batches (the msgpack payload frame, vLLM 0.9–0.11).
+//! Decoding vLLM's KV-cache event batches (the msgpack payload frame), in both of the forms
+//! vLLM has written.
 //!
-//! vLLM writes the payload with `msgspec` `array_like` structs, so everything is positional:
+//! vLLM 0.9–0.11 writes the payload with `msgspec` `array_like` structs, so everything is
+//! positional:
 //!
 //! ```text
 //! batch:   [ts: float, events: [event…], data_parallel_rank: int]      (rank optional)
-//! events:  ["BlockStored", [hash…], parent_hash | nil, [token_id…], block_size, lora_id?, medium?, …]
+//! events:  ["BlockStored", [hash…], parent_hash | nil, [token_id…], block_size, lora_id?, medium?, lora_name?, …]
 //!          ["BlockRemoved", [hash…], medium?, …]
 //!          ["AllBlocksCleared", …]
 //! ```
+//!
+//! Newer vLLMs drop `array_like`, so an event is a msgpack **map** with a `"type"` tag and
+//! named fields (and the newest source drops it on the batch too); [`super::wire_map`]
+//! decodes those. Both forms may appear in one batch, and each event decodes to the same
+//! [`KvEvent`].
 //!
 //! Hashes are msgpack integers (vLLM's default int form, up to 2^64 − 1) or byte strings
 //! (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`: raw sha256), which are read as their **first 8
 //! bytes big-endian**, as AIBrix does. Engine hashes are only ever compared with each other
 //! (stored, parent, removed), so any fixed reading works as long as it is the same for all.
 //! Fields past the ones listed are ignored (newer vLLMs append them). An event with an unknown
-//! tag, or in the newest map form (`{"type": …}`), is skipped and counted, not an error: a
-//! newer engine must not stop the sync. Anything else malformed is a [`WireError`] that names
-//! the field. This module knows nothing of sockets: the gateway hands it the payload frame.
+//! tag is skipped and counted, not an error: a newer engine must not stop the sync. Anything
+//! else malformed is a [`WireError`] that names the field. This module knows nothing of
+//! sockets: the gateway hands it the payload frame.
 
 use rmpv::Value;
+
+use super::wire_map;
 
 /// One KV-cache event, as the sync needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,10 +54,23 @@ pub struct EventBatch {
     /// The engine's wall-clock time of the step, in seconds.
     pub ts: f64,
     pub events: Vec<KvEvent>,
-    /// `None` for a 2-element batch.
+    /// One per entry of `events`: the LoRA adapter a `BlockStored` was cached for (vLLM's
+    /// `lora_name`, whose blocks the engine hashes apart from the base model's); `None` for
+    /// the base model and for the other events. See [`super::index_models`].
+    pub lora_names: Vec<Option<String>>,
+    /// `None` for a 2-element batch, or a map batch without the field.
     pub data_parallel_rank: Option<i64>,
-    /// Events skipped because their tag (or form) is not one of the three above.
+    /// Events skipped because their tag is not one of the three above.
     pub skipped: usize,
+}
+
+impl EventBatch {
+    /// Each event with its LoRA adapter name.
+    pub fn events_with_lora(&self) -> impl Iterator<Item = (&KvEvent, Option<&str>)> {
+        self.events
+            .iter()
+            .zip(self.lora_names.iter().map(Option::as_deref))
+    }
 }
 
 /// Why a payload is not a KV-event batch.
@@ -75,12 +97,15 @@ impl WireError {
     }
 }
 
-fn shape(what: impl Into<String>, expected: &'static str) -> WireError {
+pub(super) fn shape(what: impl Into<String>, expected: &'static str) -> WireError {
     WireError::Shape {
         what: what.into(),
         expected,
     }
 }
+
+/// An event as decoded, with the LoRA adapter of a `BlockStored`.
+pub(super) type Decoded = (KvEvent, Option<String>);
 
 /// Decodes one payload frame.
 pub fn decode_batch(payload: &[u8]) -> Result<EventBatch, WireError> {
@@ -90,13 +115,14 @@ pub fn decode_batch(payload: &[u8]) -> Result<EventBatch, WireError> {
     if !rest.is_empty() {
         return Err(WireError::Trailing(rest.len()));
     }
-    let Value::Array(items) = value else {
-        return Err(shape("batch", "an array [ts, events, dp_rank]"));
-    };
-    let (ts, events, rank) = match items.as_slice() {
-        [ts, events] => (ts, events, None),
-        [ts, events, rank] => (ts, events, Some(rank)),
-        _ => return Err(shape("batch", "2 or 3 elements")),
+    let (ts, events, rank) = match &value {
+        Value::Array(items) => match items.as_slice() {
+            [ts, events] => (ts, events, None),
+            [ts, events, rank] => (ts, events, Some(rank)),
+            _ => return Err(shape("batch", "2 or 3 elements")),
+        },
+        Value::Map(entries) => wire_map::batch_fields(entries)?,
+        _ => return Err(shape("batch", "an array [ts, events, dp_rank] or a map")),
     };
     let ts = ts.as_f64().ok_or_else(|| shape("batch ts", "a number"))?;
     let Value::Array(events) = events else {
@@ -110,75 +136,120 @@ pub fn decode_batch(payload: &[u8]) -> Result<EventBatch, WireError> {
         ),
     };
     let mut decoded = Vec::with_capacity(events.len());
+    let mut lora_names = Vec::with_capacity(events.len());
     let mut skipped = 0;
     for (i, event) in events.iter().enumerate() {
-        match decode_event(i, event)? {
-            Some(event) => decoded.push(event),
+        let event = match event {
+            Value::Array(fields) => decode_positional(i, fields)?,
+            Value::Map(entries) => wire_map::decode_event(i, entries)?,
+            _ => return Err(shape(format!("events[{i}]"), "a tagged array or a map")),
+        };
+        match event {
+            Some((event, lora)) => {
+                decoded.push(event);
+                lora_names.push(lora);
+            }
             None => skipped += 1,
         }
     }
     Ok(EventBatch {
         ts,
         events: decoded,
+        lora_names,
         data_parallel_rank,
         skipped,
     })
 }
 
-/// One event; `None` for one this decoder does not know (skipped).
-fn decode_event(index: usize, value: &Value) -> Result<Option<KvEvent>, WireError> {
+/// One positional event; `None` for one this decoder does not know (skipped).
+fn decode_positional(index: usize, fields: &[Value]) -> Result<Option<Decoded>, WireError> {
     let what = |field: &str| format!("events[{index}].{field}");
-    let fields = match value {
-        Value::Array(fields) => fields,
-        // The newest vLLM's named-field form: not decoded here (see the module docs).
-        Value::Map(_) => return Ok(None),
-        _ => return Err(shape(format!("events[{index}]"), "a tagged array")),
-    };
     let tag = fields
         .first()
         .and_then(Value::as_str)
         .ok_or_else(|| shape(what("tag"), "a string"))?;
     let field = |i: usize, name: &str| fields.get(i).ok_or_else(|| shape(what(name), "present"));
     match tag {
-        "BlockStored" => {
-            let block_hashes = decode_hashes(field(1, "block_hashes")?, &what("block_hashes"))?;
-            let parent = match field(2, "parent_block_hash")? {
-                Value::Nil => None,
-                parent => Some(decode_hash(parent, &what("parent_block_hash"))?),
-            };
-            let Value::Array(tokens) = field(3, "token_ids")? else {
-                return Err(shape(what("token_ids"), "an array"));
-            };
-            let token_ids = tokens
-                .iter()
-                .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
-                .collect::<Option<Vec<u32>>>()
-                .ok_or_else(|| shape(what("token_ids"), "integers in 0..2^32"))?;
-            let block_size = field(4, "block_size")?
-                .as_u64()
-                .and_then(|b| usize::try_from(b).ok())
-                .filter(|b| *b > 0)
-                .ok_or_else(|| shape(what("block_size"), "an integer > 0"))?;
-            if Some(token_ids.len()) != block_hashes.len().checked_mul(block_size) {
-                return Err(shape(
-                    what("token_ids"),
-                    "block_size ids per block hash (full blocks only)",
-                ));
-            }
-            Ok(Some(KvEvent::BlockStored {
-                block_hashes,
-                parent,
-                token_ids,
-                block_size,
-            }))
-        }
-        "BlockRemoved" => {
-            let block_hashes = decode_hashes(field(1, "block_hashes")?, &what("block_hashes"))?;
-            Ok(Some(KvEvent::BlockRemoved { block_hashes }))
-        }
-        "AllBlocksCleared" => Ok(Some(KvEvent::AllBlocksCleared)),
+        "BlockStored" => stored(
+            index,
+            StoredFields {
+                block_hashes: field(1, "block_hashes")?,
+                parent_block_hash: field(2, "parent_block_hash")?,
+                token_ids: field(3, "token_ids")?,
+                block_size: field(4, "block_size")?,
+                // [5] lora_id (deprecated for lora_name), [6] medium.
+                lora_name: fields.get(7),
+            },
+        )
+        .map(Some),
+        "BlockRemoved" => removed(index, field(1, "block_hashes")?).map(Some),
+        "AllBlocksCleared" => Ok(Some((KvEvent::AllBlocksCleared, None))),
         _ => Ok(None),
     }
+}
+
+/// The fields of a `BlockStored` the sync reads, wherever they sit on the wire.
+pub(super) struct StoredFields<'a> {
+    pub block_hashes: &'a Value,
+    pub parent_block_hash: &'a Value,
+    pub token_ids: &'a Value,
+    pub block_size: &'a Value,
+    /// Absent (older vLLMs) reads as nil.
+    pub lora_name: Option<&'a Value>,
+}
+
+pub(super) fn stored(index: usize, fields: StoredFields<'_>) -> Result<Decoded, WireError> {
+    let what = |field: &str| format!("events[{index}].{field}");
+    let block_hashes = decode_hashes(fields.block_hashes, &what("block_hashes"))?;
+    let parent = match fields.parent_block_hash {
+        Value::Nil => None,
+        parent => Some(decode_hash(parent, &what("parent_block_hash"))?),
+    };
+    let Value::Array(tokens) = fields.token_ids else {
+        return Err(shape(what("token_ids"), "an array"));
+    };
+    let token_ids = tokens
+        .iter()
+        .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
+        .collect::<Option<Vec<u32>>>()
+        .ok_or_else(|| shape(what("token_ids"), "integers in 0..2^32"))?;
+    let block_size = fields
+        .block_size
+        .as_u64()
+        .and_then(|b| usize::try_from(b).ok())
+        .filter(|b| *b > 0)
+        .ok_or_else(|| shape(what("block_size"), "an integer > 0"))?;
+    if Some(token_ids.len()) != block_hashes.len().checked_mul(block_size) {
+        return Err(shape(
+            what("token_ids"),
+            "block_size ids per block hash (full blocks only)",
+        ));
+    }
+    let lora_name = match fields.lora_name {
+        None | Some(Value::Nil) => None,
+        // An empty name is no adapter (what vLLM's falsy check would make of it).
+        Some(name) => Some(
+            name.as_str()
+                .ok_or_else(|| shape(what("lora_name"), "a string or nil"))?
+                .to_owned(),
+        )
+        .filter(|name| !name.is_empty()),
+    };
+    Ok((
+        KvEvent::BlockStored {
+            block_hashes,
+            parent,
+            token_ids,
+            block_size,
+        },
+        lora_name,
+    ))
+}
+
+pub(super) fn removed(index: usize, block_hashes: &Value) -> Result<Decoded, WireError> {
+    let what = format!("events[{index}].block_hashes");
+    let block_hashes = decode_hashes(block_hashes, &what)?;
+    Ok((KvEvent::BlockRemoved { block_hashes }, None))
 }
 
 fn decode_hashes(value: &Value, what: &str) -> Result<Vec<u64>, WireError> {
@@ -283,19 +354,49 @@ mod tests {
     }
 
     #[test]
-    fn unknown_tags_and_map_events_are_skipped_and_counted() {
+    fn unknown_tags_are_skipped_and_counted() {
         let payload = encode(Value::Array(vec![
             Value::F64(0.0),
             Value::Array(vec![
                 Value::Array(vec![Value::from("SomethingNew"), Value::from(1u64)]),
-                Value::Map(vec![(Value::from("type"), Value::from("BlockStored"))]),
+                Value::Map(vec![(Value::from("type"), Value::from("SomethingElse"))]),
                 Value::Array(vec![Value::from("AllBlocksCleared")]),
             ]),
         ]));
         let batch = decode_batch(&payload).unwrap();
         assert_eq!(batch.skipped, 2);
         assert_eq!(batch.events, [KvEvent::AllBlocksCleared]);
+        assert_eq!(batch.lora_names, [None]);
         assert_eq!(batch.data_parallel_rank, None);
+    }
+
+    #[test]
+    fn a_positional_lora_name_is_carried_and_a_wrong_one_named() {
+        let mut event = stored(vec![Value::from(1u64)], Value::Nil, &[1, 2], 2);
+        if let Value::Array(fields) = &mut event {
+            fields.push(Value::from("sql-adapter"));
+            // extra_keys, group_idx: ignored.
+            fields.push(Value::Array(vec![Value::Nil]));
+            fields.push(Value::from(0u64));
+        }
+        let payload = encode(Value::Array(vec![
+            Value::F64(0.0),
+            Value::Array(vec![event.clone()]),
+        ]));
+        let batch = decode_batch(&payload).unwrap();
+        assert_eq!(batch.lora_names, [Some("sql-adapter".to_owned())]);
+        let (read, lora) = batch.events_with_lora().next().unwrap();
+        assert!(matches!(read, KvEvent::BlockStored { .. }));
+        assert_eq!(lora, Some("sql-adapter"));
+        if let Value::Array(fields) = &mut event {
+            fields[7] = Value::from(3u64);
+        }
+        let payload = encode(Value::Array(vec![
+            Value::F64(0.0),
+            Value::Array(vec![event]),
+        ]));
+        let error = decode_batch(&payload).unwrap_err().to_string();
+        assert!(error.contains("events[0].lora_name"), "{error}");
     }
 
     #[test]

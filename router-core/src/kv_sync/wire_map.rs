@@ -1,0 +1,377 @@
+//! vLLM's named-field KV events (vLLM PR #42892 and later; llm-d-inference-sim's
+//! `--use-vllm-map-event-format`), decoded into the same [`KvEvent`] as the positional form.
+//!
+//! Without `array_like`, msgspec writes a tagged struct as a msgpack map whose `"type"` key
+//! holds the class name, followed by the fields by name; `omit_defaults` drops a field that
+//! has a default and equals it:
+//!
+//! ```text
+//! {"type": "BlockStored", "block_hashes": [hash…], "parent_block_hash": hash | nil,
+//!  "token_ids": [id…], "block_size": int, "lora_id": int | nil, "medium": str | nil,
+//!  "lora_name": str | nil, "extra_keys"?, "group_idx"?, "kv_cache_spec_kind"?, …}
+//! {"type": "BlockRemoved", "block_hashes": [hash…], "medium": str | nil, "group_idx"?}
+//! {"type": "AllBlocksCleared"}
+//! ```
+//!
+//! The four fields the sync needs from `BlockStored` (and `block_hashes` of `BlockRemoved`)
+//! are required: vLLM gives them no default, so a map without one is malformed and the error
+//! names it. `lora_id`, `medium` and `lora_name` have no default either, but other publishers
+//! omit them when nil, so absent reads as nil. Every other key is ignored, so fields a newer
+//! vLLM adds do not stop the sync. vLLM's newest source also writes the batch itself as a
+//! map (`{"ts", "events", "data_parallel_rank"}`; released 0.2x engines keep it positional),
+//! so [`batch_fields`] reads that too. Hashes are read as in [`super::wire`].
+
+use rmpv::Value;
+
+use super::wire::{Decoded, KvEvent, StoredFields, WireError, removed, shape, stored};
+
+/// The key msgspec writes a tagged struct's class name under.
+pub const TAG_KEY: &str = "type";
+
+/// `(ts, events, data_parallel_rank)` of a map batch.
+pub(super) fn batch_fields(
+    entries: &[(Value, Value)],
+) -> Result<(&Value, &Value, Option<&Value>), WireError> {
+    let ts = get(entries, "ts").ok_or_else(|| shape("batch ts", "present"))?;
+    let events = get(entries, "events").ok_or_else(|| shape("batch events", "present"))?;
+    Ok((ts, events, get(entries, "data_parallel_rank")))
+}
+
+/// One map event; `None` for a `type` this decoder does not know (skipped).
+pub(super) fn decode_event(
+    index: usize,
+    entries: &[(Value, Value)],
+) -> Result<Option<Decoded>, WireError> {
+    let what = |field: &str| format!("events[{index}].{field}");
+    let tag = get(entries, TAG_KEY)
+        .and_then(Value::as_str)
+        .ok_or_else(|| shape(what(TAG_KEY), "a string tag"))?;
+    let required = |name: &str| get(entries, name).ok_or_else(|| shape(what(name), "present"));
+    match tag {
+        "BlockStored" => stored(
+            index,
+            StoredFields {
+                block_hashes: required("block_hashes")?,
+                parent_block_hash: required("parent_block_hash")?,
+                token_ids: required("token_ids")?,
+                block_size: required("block_size")?,
+                lora_name: get(entries, "lora_name"),
+            },
+        )
+        .map(Some),
+        "BlockRemoved" => removed(index, required("block_hashes")?).map(Some),
+        "AllBlocksCleared" => Ok(Some((KvEvent::AllBlocksCleared, None))),
+        _ => Ok(None),
+    }
+}
+
+/// The value under string key `key` (the first, should a publisher repeat it).
+fn get<'a>(entries: &'a [(Value, Value)], key: &str) -> Option<&'a Value> {
+    entries
+        .iter()
+        .find(|(k, _)| k.as_str() == Some(key))
+        .map(|(_, v)| v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::wire::{EventBatch, decode_batch};
+    use super::*;
+
+    fn encode(value: Value) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        rmpv::encode::write_value(&mut bytes, &value).unwrap();
+        bytes
+    }
+
+    fn map(pairs: Vec<(&str, Value)>) -> Value {
+        Value::Map(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (Value::from(k), v))
+                .collect(),
+        )
+    }
+
+    fn ints(values: &[u64]) -> Value {
+        Value::Array(values.iter().map(|v| Value::from(*v)).collect())
+    }
+
+    /// A positional batch around `events`.
+    fn batch(events: Vec<Value>) -> Vec<u8> {
+        encode(Value::Array(vec![
+            Value::F64(2.5),
+            Value::Array(events),
+            Value::from(0u64),
+        ]))
+    }
+
+    fn decode(events: Vec<Value>) -> EventBatch {
+        decode_batch(&batch(events)).unwrap()
+    }
+
+    /// vLLM's `BlockStored` as the newest vLLM writes it, every field present.
+    fn full_stored(lora_name: Value) -> Value {
+        map(vec![
+            ("type", Value::from("BlockStored")),
+            ("block_hashes", ints(&[u64::MAX, 11])),
+            ("parent_block_hash", Value::from(7u64)),
+            ("token_ids", ints(&[1, 2, 3, 4])),
+            ("block_size", Value::from(2u64)),
+            ("lora_id", Value::Nil),
+            ("medium", Value::from("GPU")),
+            ("lora_name", lora_name),
+            ("extra_keys", Value::Array(vec![Value::Nil, Value::Nil])),
+            ("group_idx", Value::from(0u64)),
+            ("kv_cache_spec_kind", Value::from("full_attention")),
+        ])
+    }
+
+    fn expected_stored() -> KvEvent {
+        KvEvent::BlockStored {
+            block_hashes: vec![u64::MAX, 11],
+            parent: Some(7),
+            token_ids: vec![1, 2, 3, 4],
+            block_size: 2,
+        }
+    }
+
+    #[test]
+    fn each_event_kind_decodes_with_its_lora_name() {
+        let batch = decode(vec![
+            full_stored(Value::from("sql-adapter")),
+            map(vec![
+                ("type", Value::from("BlockRemoved")),
+                ("block_hashes", ints(&[11])),
+                ("medium", Value::from("GPU")),
+                ("group_idx", Value::from(0u64)),
+            ]),
+            map(vec![("type", Value::from("AllBlocksCleared"))]),
+        ]);
+        assert_eq!(batch.ts, 2.5);
+        assert_eq!(batch.data_parallel_rank, Some(0));
+        assert_eq!(batch.skipped, 0);
+        assert_eq!(
+            batch.events,
+            [
+                expected_stored(),
+                KvEvent::BlockRemoved {
+                    block_hashes: vec![11]
+                },
+                KvEvent::AllBlocksCleared,
+            ]
+        );
+        assert_eq!(batch.lora_names, [Some("sql-adapter".into()), None, None]);
+    }
+
+    #[test]
+    fn omitted_defaults_and_nil_or_empty_lora_names_are_the_base_model() {
+        let bare = map(vec![
+            ("type", Value::from("BlockStored")),
+            ("block_hashes", ints(&[u64::MAX, 11])),
+            ("parent_block_hash", Value::from(7u64)),
+            ("token_ids", ints(&[1, 2, 3, 4])),
+            ("block_size", Value::from(2u64)),
+        ]);
+        let batch = decode(vec![
+            bare,
+            full_stored(Value::Nil),
+            full_stored(Value::from("")),
+            map(vec![
+                ("type", Value::from("BlockRemoved")),
+                ("block_hashes", ints(&[5])),
+            ]),
+        ]);
+        assert_eq!(
+            batch.events[..3],
+            [expected_stored(), expected_stored(), expected_stored()]
+        );
+        assert_eq!(batch.lora_names, [None, None, None, None]);
+    }
+
+    #[test]
+    fn unknown_keys_are_ignored_and_unknown_types_skipped() {
+        let mut stored = full_stored(Value::Nil);
+        if let Value::Map(entries) = &mut stored {
+            // A key a future vLLM might add, before the known ones and after.
+            entries.insert(1, (Value::from("priority"), Value::from(3u64)));
+            entries.push((
+                Value::from("future"),
+                map(vec![("nested", Value::Array(vec![]))]),
+            ));
+            // A non-string key is no field of ours either.
+            entries.push((Value::from(5u64), Value::Nil));
+        }
+        let batch = decode(vec![
+            map(vec![
+                ("type", Value::from("BlockPromoted")),
+                ("block_hashes", ints(&[1])),
+            ]),
+            stored,
+        ]);
+        assert_eq!(batch.skipped, 1);
+        assert_eq!(batch.events, [expected_stored()]);
+    }
+
+    #[test]
+    fn byte_string_hashes_read_like_the_positional_form() {
+        let mut hash = vec![0, 0, 0, 0, 0, 0, 1, 2];
+        hash.extend([0xaa; 24]); // a 32-byte sha256: its first 8 bytes count
+        let stored = map(vec![
+            ("type", Value::from("BlockStored")),
+            (
+                "block_hashes",
+                Value::Array(vec![Value::Binary(hash.clone())]),
+            ),
+            ("parent_block_hash", Value::Binary(vec![9])),
+            ("token_ids", ints(&[1, 2])),
+            ("block_size", Value::from(2u64)),
+        ]);
+        let removed = map(vec![
+            ("type", Value::from("BlockRemoved")),
+            ("block_hashes", Value::Array(vec![Value::Binary(hash)])),
+        ]);
+        let batch = decode(vec![stored, removed]);
+        assert_eq!(
+            batch.events,
+            [
+                KvEvent::BlockStored {
+                    block_hashes: vec![0x0102],
+                    parent: Some(9),
+                    token_ids: vec![1, 2],
+                    block_size: 2,
+                },
+                KvEvent::BlockRemoved {
+                    block_hashes: vec![0x0102]
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_batch_may_mix_the_two_forms_and_be_a_map_itself() {
+        let positional = Value::Array(vec![
+            Value::from("BlockStored"),
+            ints(&[u64::MAX, 11]),
+            Value::from(7u64),
+            ints(&[1, 2, 3, 4]),
+            Value::from(2u64),
+            Value::Nil,
+            Value::from("GPU"),
+            Value::from("sql-adapter"),
+        ]);
+        let events = Value::Array(vec![full_stored(Value::Nil), positional]);
+        let payload = encode(map(vec![
+            ("ts", Value::F64(4.0)),
+            ("events", events),
+            ("data_parallel_rank", Value::from(1u64)),
+        ]));
+        let batch = decode_batch(&payload).unwrap();
+        assert_eq!(batch.ts, 4.0);
+        assert_eq!(batch.data_parallel_rank, Some(1));
+        assert_eq!(batch.events, [expected_stored(), expected_stored()]);
+        assert_eq!(batch.lora_names, [None, Some("sql-adapter".into())]);
+        // The rank has a default (None) and may be omitted.
+        let payload = encode(map(vec![
+            ("ts", Value::F64(4.0)),
+            ("events", Value::Array(vec![])),
+        ]));
+        assert_eq!(decode_batch(&payload).unwrap().data_parallel_rank, None);
+    }
+
+    #[test]
+    fn a_missing_field_or_a_wrong_type_names_the_field() {
+        let without = |field: &str| {
+            let Value::Map(entries) = full_stored(Value::Nil) else {
+                unreachable!()
+            };
+            Value::Map(
+                entries
+                    .into_iter()
+                    .filter(|(k, _)| k.as_str() != Some(field))
+                    .collect(),
+            )
+        };
+        let with = |field: &str, value: Value| {
+            let Value::Map(mut entries) = full_stored(Value::Nil) else {
+                unreachable!()
+            };
+            for entry in &mut entries {
+                if entry.0.as_str() == Some(field) {
+                    entry.1 = value.clone();
+                }
+            }
+            Value::Map(entries)
+        };
+        let cases: Vec<(Value, &str, &str)> = vec![
+            (without("type"), "events[0].type", "a string tag"),
+            (
+                with("type", Value::from(1u64)),
+                "events[0].type",
+                "a string tag",
+            ),
+            (without("block_hashes"), "events[0].block_hashes", "present"),
+            (
+                without("parent_block_hash"),
+                "events[0].parent_block_hash",
+                "present",
+            ),
+            (without("token_ids"), "events[0].token_ids", "present"),
+            (without("block_size"), "events[0].block_size", "present"),
+            (
+                with("block_hashes", Value::from("h")),
+                "events[0].block_hashes",
+                "an array of hashes",
+            ),
+            (
+                with("parent_block_hash", Value::from(1.5)),
+                "events[0].parent_block_hash",
+                "hashes",
+            ),
+            (
+                with("token_ids", Value::from(3u64)),
+                "events[0].token_ids",
+                "an array",
+            ),
+            (
+                with("block_size", Value::from("16")),
+                "events[0].block_size",
+                "> 0",
+            ),
+            (
+                with("block_size", Value::from(3u64)),
+                "events[0].token_ids",
+                "full blocks",
+            ),
+            (
+                with("lora_name", Value::from(4u64)),
+                "events[0].lora_name",
+                "a string or nil",
+            ),
+            (
+                map(vec![("type", Value::from("BlockRemoved"))]),
+                "events[0].block_hashes",
+                "present",
+            ),
+        ];
+        for (event, what, expected) in cases {
+            let error = decode_batch(&batch(vec![event])).unwrap_err();
+            assert_eq!(error.kind(), "shape");
+            let text = error.to_string();
+            assert!(
+                text.contains(what) && text.contains(expected),
+                "{text:?} should name {what:?} and say {expected:?}"
+            );
+        }
+        let no_ts = encode(map(vec![("events", Value::Array(vec![]))]));
+        assert!(
+            decode_batch(&no_ts)
+                .unwrap_err()
+                .to_string()
+                .contains("batch ts")
+        );
+        let no_events = encode(map(vec![("ts", Value::F64(0.0))]));
+        let error = decode_batch(&no_events).unwrap_err().to_string();
+        assert!(error.contains("batch events"), "{error}");
+    }
+}
