@@ -7,7 +7,9 @@
 //! replica is listening, one line per replica goes to stdout: `NAME http://IP:PORT` (so a
 //! script that asked for port 0 learns the real port). Logs go to stderr (`RUST_LOG`).
 //! `--kv-events-config '{json}'` publishes vLLM's KV-cache events (the endpoints are logged;
-//! replica i adds i to both ports, as vLLM does per data-parallel rank).
+//! replica i adds i to both ports, as vLLM does per data-parallel rank);
+//! `--kv-events-format positional|map` picks vLLM 0.9–0.11's positional events (the default)
+//! or newer vLLMs' named-field maps.
 
 use std::io::IsTerminal;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -15,7 +17,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use mock_engine::kv_events::KvEventsConfig;
+use mock_engine::kv_events::{EventFormat, KvEventsConfig};
 use mock_engine::model::EngineProfile;
 use mock_engine::server::{FailurePlan, FailureSpec, ReplicaConfig, spawn_replica_with_events};
 
@@ -77,6 +79,12 @@ struct Cli {
     /// topic, buffer_steps, hwm, max_queue_size. Replica i adds i to both ports.
     #[arg(long, value_name = "JSON", value_parser = parse_kv_events)]
     kv_events_config: Option<KvEventsConfig>,
+
+    /// How KV-cache events are encoded: `positional` (vLLM 0.9–0.11's tagged arrays, what
+    /// AIBrix v0.7.0 reads) or `map` (newer vLLMs' events as maps with a "type" tag and
+    /// named fields, in the same positional batch).
+    #[arg(long, value_name = "FORMAT", default_value_t = EventFormat::Positional, value_parser = parse_event_format)]
+    kv_events_format: EventFormat,
 }
 
 const AFTER_HELP: &str = "\
@@ -98,6 +106,10 @@ fn parse_spec(text: &str) -> Result<FailureSpec, String> {
 
 fn parse_kv_events(text: &str) -> Result<KvEventsConfig, String> {
     KvEventsConfig::parse(text).map_err(|e| e.to_string())
+}
+
+fn parse_event_format(text: &str) -> Result<EventFormat, String> {
+    text.parse::<EventFormat>().map_err(|e| e.to_string())
 }
 
 fn parse_rate(text: &str) -> Result<f64, String> {
@@ -193,7 +205,11 @@ async fn run(cli: Cli) -> Result<()> {
 
     let signals = StopSignals::install()?;
     let mut handles = Vec::new();
-    let kv_events = cli.kv_events_config.clone().unwrap_or_default();
+    let kv_events = cli
+        .kv_events_config
+        .clone()
+        .unwrap_or_default()
+        .with_format(cli.kv_events_format);
     for (index, (name, listen)) in cli.replicas()?.into_iter().enumerate() {
         let index = u16::try_from(index).context("too many replicas")?;
         let kv_events = kv_events.for_replica(index)?;
@@ -362,5 +378,19 @@ mod tests {
         let config = cli.kv_events_config.unwrap();
         assert!(config.publishes());
         assert_eq!(config.endpoint, "tcp://*:6000");
+        assert_eq!(cli.kv_events_format, EventFormat::Positional);
+    }
+
+    #[test]
+    fn kv_events_format_is_positional_or_map() {
+        let cli = parse(&["--kv-events-format", "map"]).unwrap();
+        assert_eq!(cli.kv_events_format, EventFormat::Map);
+        let error = parse(&["--kv-events-format", "maps"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("`maps`") && error.contains("positional, map"),
+            "{error}"
+        );
     }
 }

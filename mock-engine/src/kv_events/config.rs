@@ -13,11 +13,17 @@
 //! central subscriber that binds. One addition: a port of 0 also binds (there is nothing to
 //! connect to), which lets tests take a free port on loopback. The replay socket always
 //! binds. `*` is bound as `0.0.0.0`, as libzmq reads it.
+//!
+//! Which wire form the events take ([`EventFormat`]) is not a vLLM field (vLLM's form
+//! follows its version), so it is not read from the JSON: the binary's `--kv-events-format`
+//! sets it with [`KvEventsConfig::with_format`].
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use thiserror::Error;
+
+use super::wire::EventFormat;
 
 /// Which publisher vLLM would build.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -45,6 +51,8 @@ pub struct KvEventsConfig {
     pub max_queue_size: usize,
     /// The first frame of every message.
     pub topic: String,
+    /// How events are encoded (positional by default; not part of vLLM's JSON).
+    pub format: EventFormat,
 }
 
 /// vLLM's default PUB endpoint.
@@ -62,6 +70,7 @@ impl Default for KvEventsConfig {
             hwm: 100_000,
             max_queue_size: 100_000,
             topic: String::new(),
+            format: EventFormat::Positional,
         }
     }
 }
@@ -133,6 +142,12 @@ impl KvEventsConfig {
             });
         }
         Ok(config)
+    }
+
+    /// This configuration with its events encoded in `format`.
+    pub fn with_format(mut self, format: EventFormat) -> KvEventsConfig {
+        self.format = format;
+        self
     }
 
     /// The configuration of replica `index` of several in one process: both ports move up
@@ -305,6 +320,21 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("65535")
+        );
+    }
+
+    #[test]
+    fn the_format_is_positional_unless_chosen_and_kept_per_replica() {
+        let config = KvEventsConfig::parse(r#"{"enable_kv_cache_events":true}"#).unwrap();
+        assert_eq!(config.format, EventFormat::Positional);
+        let map = config.with_format(EventFormat::Map);
+        assert_eq!(map.format, EventFormat::Map);
+        assert_eq!(map.for_replica(1).unwrap().format, EventFormat::Map);
+        // Not a vLLM field, so not accepted in vLLM's JSON.
+        let error = KvEventsConfig::parse(r#"{"format":"map"}"#).unwrap_err();
+        assert!(
+            error.to_string().contains("unknown field `format`"),
+            "{error}"
         );
     }
 

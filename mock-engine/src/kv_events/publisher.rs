@@ -98,6 +98,7 @@ impl KvEventPublisher {
                 buffer: Arc::clone(&buffer),
                 buffer_steps: config.buffer_steps,
                 topic: Bytes::from(config.topic.clone().into_bytes()),
+                format: config.format,
                 epoch,
             },
             stop.clone(),
@@ -142,13 +143,19 @@ struct PublishState {
     buffer: ReplayBuffer,
     buffer_steps: usize,
     topic: Bytes,
+    format: wire::EventFormat,
     epoch: f64,
 }
 
 impl PublishState {
     /// Numbers, encodes and keeps one batch; returns the message to send.
     fn prepare(&self, seq: u64, batch: &KvEventBatch) -> ZmqMessage {
-        let payload = Bytes::from(wire::encode_batch(self.epoch + batch.ts, &batch.events, 0));
+        let payload = Bytes::from(wire::encode_batch_as(
+            self.format,
+            self.epoch + batch.ts,
+            &batch.events,
+            0,
+        ));
         if self.buffer_steps > 0 {
             let mut buffer = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
             if buffer.len() == self.buffer_steps {

@@ -1,14 +1,30 @@
-//! vLLM's KV-event wire format (0.9–0.11, `vllm/distributed/kv_events.py`), encoded.
+//! vLLM's KV-event wire format (`vllm/distributed/kv_events.py`), encoded in either of the
+//! two forms vLLM has published.
 //!
 //! A ZMQ message is three frames: `[topic, seq, payload]`, `seq` an unsigned 64-bit
-//! big-endian counter from 0, one per batch. The payload is msgpack, written by vLLM with
-//! `msgspec` `array_like` structs, so everything is positional:
+//! big-endian counter from 0, one per batch. The payload is msgpack. vLLM 0.9–0.11 writes it
+//! with `msgspec` `array_like` structs, so everything is positional
+//! ([`EventFormat::Positional`], the default):
 //!
 //! ```text
 //! batch:   [ts: float64, events: [event…], data_parallel_rank: int]
 //! events:  ["BlockStored", [hash…], parent_hash | nil, [token_id…], block_size, lora_id | nil, "GPU"]
 //!          ["BlockRemoved", [hash…], "GPU"]
 //!          ["AllBlocksCleared"]
+//! ```
+//!
+//! Newer vLLMs (PR #42892; seen from 0.2x) write each event as a map with a `"type"` tag
+//! and named fields, in the struct's field order, inside the same positional batch
+//! ([`EventFormat::Map`]). Fields without a default are always written (`lora_id`, `medium`
+//! and `lora_name` as nil when unset); of the defaulted ones the mock writes what a
+//! single-group vLLM 0.2x writes (`extra_keys`, one nil per block, `group_idx` 0 and
+//! `kv_cache_spec_kind` `"full_attention"`):
+//!
+//! ```text
+//! {"type": "BlockStored", "block_hashes", "parent_block_hash", "token_ids", "block_size",
+//!  "lora_id": nil, "medium": "GPU", "lora_name": nil, "extra_keys", "group_idx", "kv_cache_spec_kind"}
+//! {"type": "BlockRemoved", "block_hashes", "medium": "GPU", "group_idx": 0}
+//! {"type": "AllBlocksCleared"}
 //! ```
 //!
 //! Hashes go out as msgpack unsigned integers (vLLM's default
@@ -35,9 +51,59 @@ pub fn seq_frame(seq: u64) -> [u8; 8] {
     seq.to_be_bytes()
 }
 
-/// The msgpack payload of one batch. `ts` is written as given (the publisher has already
-/// turned engine seconds into the timestamp it publishes).
+/// Which of vLLM's two event encodings to publish.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EventFormat {
+    /// Tagged positional arrays (vLLM 0.9–0.11; what AIBrix v0.7.0 reads).
+    #[default]
+    Positional,
+    /// Maps with a `"type"` tag and named fields (newer vLLMs).
+    Map,
+}
+
+/// Why a `--kv-events-format` value was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("--kv-events-format: `{0}` is not one of positional, map")]
+pub struct UnknownEventFormat(pub String);
+
+impl std::str::FromStr for EventFormat {
+    type Err = UnknownEventFormat;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "positional" => Ok(EventFormat::Positional),
+            "map" => Ok(EventFormat::Map),
+            other => Err(UnknownEventFormat(other.to_owned())),
+        }
+    }
+}
+
+impl std::fmt::Display for EventFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EventFormat::Positional => "positional",
+            EventFormat::Map => "map",
+        })
+    }
+}
+
+/// The msgpack payload of one batch in the positional form. `ts` is written as given (the
+/// publisher has already turned engine seconds into the timestamp it publishes).
 pub fn encode_batch(ts: f64, events: &[KvEvent], data_parallel_rank: u32) -> Vec<u8> {
+    encode_batch_as(EventFormat::Positional, ts, events, data_parallel_rank)
+}
+
+/// The msgpack payload of one batch, its events in `format`.
+pub fn encode_batch_as(
+    format: EventFormat,
+    ts: f64,
+    events: &[KvEvent],
+    data_parallel_rank: u32,
+) -> Vec<u8> {
+    let event_value = match format {
+        EventFormat::Positional => positional_event,
+        EventFormat::Map => map_event,
+    };
     let value = Value::Array(vec![
         Value::F64(ts),
         Value::Array(events.iter().map(event_value).collect()),
@@ -51,7 +117,7 @@ pub fn encode_batch(ts: f64, events: &[KvEvent], data_parallel_rank: u32) -> Vec
     bytes
 }
 
-fn event_value(event: &KvEvent) -> Value {
+fn positional_event(event: &KvEvent) -> Value {
     match event {
         KvEvent::BlockStored {
             block_hashes,
@@ -74,6 +140,52 @@ fn event_value(event: &KvEvent) -> Value {
         ]),
         KvEvent::AllBlocksCleared => Value::Array(vec![Value::from("AllBlocksCleared")]),
     }
+}
+
+fn map_event(event: &KvEvent) -> Value {
+    let fields = match event {
+        KvEvent::BlockStored {
+            block_hashes,
+            parent_block_hash,
+            token_ids,
+            block_size,
+        } => vec![
+            ("type", Value::from("BlockStored")),
+            ("block_hashes", hashes_value(block_hashes)),
+            (
+                "parent_block_hash",
+                parent_block_hash.map_or(Value::Nil, Value::from),
+            ),
+            (
+                "token_ids",
+                Value::Array(token_ids.iter().map(|t| Value::from(*t)).collect()),
+            ),
+            ("block_size", Value::from(*block_size as u64)),
+            // The mock serves no adapters: no lora_id, no lora_name, no extra hash keys.
+            ("lora_id", Value::Nil),
+            ("medium", Value::from(MEDIUM_GPU)),
+            ("lora_name", Value::Nil),
+            (
+                "extra_keys",
+                Value::Array(vec![Value::Nil; block_hashes.len()]),
+            ),
+            ("group_idx", Value::from(0u64)),
+            ("kv_cache_spec_kind", Value::from("full_attention")),
+        ],
+        KvEvent::BlockRemoved { block_hashes } => vec![
+            ("type", Value::from("BlockRemoved")),
+            ("block_hashes", hashes_value(block_hashes)),
+            ("medium", Value::from(MEDIUM_GPU)),
+            ("group_idx", Value::from(0u64)),
+        ],
+        KvEvent::AllBlocksCleared => vec![("type", Value::from("AllBlocksCleared"))],
+    };
+    Value::Map(
+        fields
+            .into_iter()
+            .map(|(key, value)| (Value::from(key), value))
+            .collect(),
+    )
 }
 
 fn hashes_value(hashes: &[u64]) -> Value {
@@ -175,6 +287,116 @@ mod tests {
                 },
                 Read::AllBlocksCleared,
             ]
+        );
+    }
+
+    #[test]
+    fn map_events_are_vllms_named_fields_in_field_order() {
+        let events = [
+            stored(),
+            KvEvent::BlockRemoved {
+                block_hashes: vec![7],
+            },
+            KvEvent::AllBlocksCleared,
+        ];
+        let bytes = encode_batch_as(EventFormat::Map, 2.0, &events, 0);
+        let value = rmpv::decode::read_value(&mut bytes.as_slice()).unwrap();
+        // The batch stays positional; each event is a map.
+        assert_eq!(value.as_array().unwrap().len(), 3);
+        let keys = |event: &Value| -> Vec<String> {
+            event
+                .as_map()
+                .unwrap()
+                .iter()
+                .map(|(k, _)| k.as_str().unwrap().to_owned())
+                .collect()
+        };
+        let field = |event: &Value, name: &str| -> Value {
+            event
+                .as_map()
+                .unwrap()
+                .iter()
+                .find(|(k, _)| k.as_str() == Some(name))
+                .map(|(_, v)| v.clone())
+                .unwrap()
+        };
+        let stored = &value[1][0];
+        assert_eq!(
+            keys(stored),
+            [
+                "type",
+                "block_hashes",
+                "parent_block_hash",
+                "token_ids",
+                "block_size",
+                "lora_id",
+                "medium",
+                "lora_name",
+                "extra_keys",
+                "group_idx",
+                "kv_cache_spec_kind",
+            ]
+        );
+        assert_eq!(field(stored, "type").as_str(), Some("BlockStored"));
+        assert_eq!(
+            field(stored, "block_hashes")[0].as_u64(),
+            Some(u64::MAX - 1)
+        );
+        assert!(field(stored, "parent_block_hash").is_nil());
+        assert_eq!(field(stored, "token_ids")[3].as_u64(), Some(70_000));
+        assert_eq!(field(stored, "block_size").as_u64(), Some(2));
+        assert!(field(stored, "lora_name").is_nil());
+        assert_eq!(field(stored, "medium").as_str(), Some("GPU"));
+        assert_eq!(field(stored, "extra_keys").as_array().unwrap().len(), 2);
+        let removed = &value[1][1];
+        assert_eq!(
+            keys(removed),
+            ["type", "block_hashes", "medium", "group_idx"]
+        );
+        assert_eq!(field(removed, "type").as_str(), Some("BlockRemoved"));
+        assert_eq!(keys(&value[1][2]), ["type"]);
+        assert_eq!(
+            field(&value[1][2], "type").as_str(),
+            Some("AllBlocksCleared")
+        );
+    }
+
+    #[test]
+    fn the_gateways_decoder_reads_both_forms_alike() {
+        use router_core::kv_sync::decode_batch;
+        let events = vec![
+            stored(),
+            KvEvent::BlockStored {
+                block_hashes: vec![9],
+                parent_block_hash: Some(7),
+                token_ids: vec![4, 5],
+                block_size: 2,
+            },
+            KvEvent::BlockRemoved {
+                block_hashes: vec![u64::MAX],
+            },
+            KvEvent::AllBlocksCleared,
+        ];
+        let positional = encode_batch_as(EventFormat::Positional, 3.0, &events, 0);
+        let map = encode_batch_as(EventFormat::Map, 3.0, &events, 0);
+        assert_ne!(positional, map);
+        assert_eq!(positional, encode_batch(3.0, &events, 0));
+        let map = decode_batch(&map).unwrap();
+        assert_eq!(map.skipped, 0);
+        assert_eq!(map, decode_batch(&positional).unwrap());
+        assert_eq!(map.events.len(), 4);
+    }
+
+    #[test]
+    fn formats_parse_by_name_and_a_wrong_one_is_named() {
+        for format in [EventFormat::Positional, EventFormat::Map] {
+            assert_eq!(format.to_string().parse::<EventFormat>(), Ok(format));
+        }
+        assert_eq!(EventFormat::default(), EventFormat::Positional);
+        let error = "Map".parse::<EventFormat>().unwrap_err().to_string();
+        assert!(
+            error.contains("`Map`") && error.contains("positional, map"),
+            "{error}"
         );
     }
 
