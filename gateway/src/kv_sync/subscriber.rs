@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use router_core::kv_sync::{KvEvent, PodSync, decode_batch};
+use router_core::kv_sync::{KvEvent, PodSync, decode_batch, index_models};
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
 use crate::app::AppState;
@@ -337,8 +337,10 @@ impl Applier<'_> {
                 .sync
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            for event in &batch.events {
+            for (event, lora_name) in batch.events_with_lora() {
                 let kind = event_type(event);
+                // A LoRA adapter's blocks serve only requests naming the adapter.
+                let models = index_models(lora_name, &models);
                 self.subscription
                     .metrics
                     .events_received

@@ -1,0 +1,245 @@
+//! KV-event sync end to end against an engine in newer vLLMs' named-field (map) event form:
+//! a mock engine started with the map format (`--kv-events-format map`), a static second
+//! engine, and a gateway subscribed to the first engine's PUB and replay sockets, on
+//! loopback port 0.
+//!
+//! A prompt sent **directly** to the engine is learned from its map-form `BlockStored`
+//! events (counted as processed, none counted `unknown`), so `prefix-cache` then finds a
+//! 100 % match for it. Before map events were decoded they were skipped as `unknown` and the
+//! same request matched 0 %, so the test's claim can fail. The gateway dials one events
+//! port on every backend's host, and both backends are on 127.0.0.1, so both pods subscribe
+//! to the one publishing engine: the test shows the index is fed, not which pod is chosen
+//! (the positional tests in `kv_sync.rs` show that).
+//!
+//! Every wait polls its condition under a bounded deadline; nothing sleeps and hopes.
+
+#![expect(
+    clippy::unwrap_used,
+    reason = "the helpers below run only in tests: a panic is a failed assertion"
+)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use gateway::config::BackendConfig;
+use gateway::{GatewayConfig, GatewayHandle};
+use http_body_util::{BodyExt, Full};
+use mock_engine::kv_events::{END_OF_REPLAY, EventFormat, KvEventsConfig};
+use mock_engine::model::EngineProfile;
+use mock_engine::server::{
+    FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica, spawn_replica_with_events,
+};
+use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+
+mod support;
+
+use support::{DEADLINE, HttpClient, MOCK_MODEL, http_client, loopback_config, metrics, sample};
+
+/// PUB and replay on free loopback ports, events as maps.
+fn map_events() -> KvEventsConfig {
+    KvEventsConfig::parse(
+        r#"{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:0","replay_endpoint":"tcp://127.0.0.1:0"}"#,
+    )
+    .unwrap()
+    .with_format(EventFormat::Map)
+}
+
+fn replica(name: &str) -> ReplicaConfig {
+    ReplicaConfig {
+        name: name.to_owned(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        model: MOCK_MODEL.to_owned(),
+        profile: EngineProfile::load("fast").unwrap(),
+        time_scale: 10.0,
+        failures: FailurePlan::default(),
+    }
+}
+
+fn backend(handle: &ReplicaHandle) -> BackendConfig {
+    BackendConfig {
+        name: handle.name().to_owned(),
+        url: handle.url(),
+        model: Some(MOCK_MODEL.to_owned()),
+    }
+}
+
+/// The port of a `tcp://IP:PORT` endpoint.
+fn port(endpoint: &str) -> u16 {
+    endpoint.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// A gateway in front of `backends`, subscribed to `events` and `replay` ports on each
+/// backend's host, with reconnects and renewals quick enough for a test.
+fn gateway_config(backends: Vec<BackendConfig>, events: u16, replay: u16) -> GatewayConfig {
+    let mut config = loopback_config();
+    config.backends = backends;
+    config.health.interval_ms = 50;
+    config.kv_sync.enabled = true;
+    config.kv_sync.port = events;
+    config.kv_sync.replay_port = replay;
+    config.kv_sync.socket_timeout_ms = 500;
+    config.kv_sync.initial_backoff_ms = 50;
+    config.kv_sync.max_backoff_ms = 200;
+    // A batch published while a subscription is still forming is caught by the next
+    // renewal's replay.
+    config.kv_sync.idle_resubscribe_ms = 500;
+    config
+}
+
+async fn post(
+    client: &HttpClient,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: String,
+) -> http::Response<Bytes> {
+    let mut request = http::Request::post(url).header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Full::new(Bytes::from(body))).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    assert_eq!(parts.status, 200, "{body:?}");
+    http::Response::from_parts(parts, body)
+}
+
+/// Polls the gateway's metrics until `condition` holds on them, up to [`DEADLINE`].
+async fn wait_for_metrics(
+    client: &HttpClient,
+    gateway: &GatewayHandle,
+    what: &str,
+    condition: impl Fn(&str) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let text = metrics(client, gateway).await;
+        if condition(&text) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every batch payload the engine's replay socket holds.
+async fn replayed_payloads(replay: &str) -> Vec<Bytes> {
+    let mut dealer = DealerSocket::new();
+    tokio::time::timeout(DEADLINE, dealer.connect(replay))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut request = ZmqMessage::from(Bytes::new());
+    request.push_back(Bytes::copy_from_slice(&0u64.to_be_bytes()));
+    dealer.send(request).await.unwrap();
+    let mut payloads = Vec::new();
+    for _ in 0..10_000 {
+        let reply = tokio::time::timeout(DEADLINE, dealer.recv())
+            .await
+            .unwrap()
+            .unwrap()
+            .into_vec();
+        assert_eq!(reply.len(), 3, "[\"\", seq, payload]");
+        if reply[1].as_ref() == END_OF_REPLAY {
+            return payloads;
+        }
+        payloads.push(reply[2].clone());
+    }
+    panic!("no end of replay");
+}
+
+/// Whether the first event of a positional batch `[ts: float64, [event…], rank]` with fewer
+/// than 16 events is a msgpack map (fixmap 0x80–0x8f) rather than an array (0x90–0x9f).
+fn first_event_is_map(payload: &[u8]) -> Option<bool> {
+    // 0x93 (3-element batch), 0xcb + 8 bytes (ts), then the events' fixarray header.
+    let header = *payload.get(10)?;
+    if payload.first() != Some(&0x93) || !(0x91..=0x9f).contains(&header) {
+        return None;
+    }
+    payload.get(11).map(|b| (0x80..=0x8f).contains(b))
+}
+
+#[tokio::test]
+async fn map_form_events_from_an_engine_feed_the_gateways_index() {
+    let client = http_client();
+    let a = spawn_replica_with_events(replica("a"), map_events())
+        .await
+        .unwrap();
+    let b = spawn_replica(replica("b")).await.unwrap();
+    let events = a.kv_events_endpoint().unwrap().to_owned();
+    let replay = a.kv_events_replay_endpoint().unwrap().to_owned();
+    let config = gateway_config(vec![backend(&a), backend(&b)], port(&events), port(&replay));
+    let gateway = gateway::start(config).await.unwrap();
+    wait_for_metrics(&client, &gateway, "both subscriptions replayed", |m| {
+        ["a", "b"].iter().all(|pod| {
+            sample(
+                m,
+                &format!("aibrix_kvcache_zmq_replay_success_total{{pod_key=\"{pod}\"}}"),
+            ) >= 1.0
+        })
+    })
+    .await;
+
+    let prompt: Vec<String> = (0..200).map(|i| format!("map{i}")).collect();
+    let body =
+        serde_json::json!({"model": MOCK_MODEL, "prompt": prompt.join(" "), "max_tokens": 1})
+            .to_string();
+    post(
+        &client,
+        &format!("{}/v1/completions", a.url()),
+        &[],
+        body.clone(),
+    )
+    .await;
+    wait_for_metrics(&client, &gateway, "the engine's map-form BlockStored applied", |m| {
+        ["a", "b"].iter().all(|pod| {
+            sample(
+                m,
+                &format!(
+                    "aibrix_kvcache_zmq_events_processed_total{{event_type=\"BlockStored\",pod_key=\"{pod}\"}}"
+                ),
+            ) >= 1.0
+        })
+    })
+    .await;
+
+    // What the engine published really is the map form.
+    let payloads = replayed_payloads(&replay).await;
+    let forms: Vec<Option<bool>> = payloads.iter().map(|p| first_event_is_map(p)).collect();
+    assert!(forms.contains(&Some(true)), "{forms:?}");
+    assert!(!forms.contains(&Some(false)), "{forms:?}");
+
+    let answer = post(
+        &client,
+        &format!("{}/v1/completions", gateway.url()),
+        &[("routing-strategy", "prefix-cache")],
+        body,
+    )
+    .await;
+    let header = |name: &str| answer.headers()[name].to_str().unwrap().to_owned();
+    assert_eq!(header("x-prefixgate-match-percent"), "100");
+
+    let text = metrics(&client, &gateway).await;
+    for pod in ["a", "b"] {
+        let unknown = format!(
+            "aibrix_kvcache_zmq_events_received_total{{event_type=\"unknown\",pod_key=\"{pod}\"}}"
+        );
+        assert_eq!(sample(&text, &unknown), 0.0, "{text}");
+    }
+    for error in [
+        "unknown_event_type",
+        "\"shape\"",
+        "\"decode\"",
+        "unknown_parent",
+    ] {
+        assert!(!text.contains(error), "{error}: {text}");
+    }
+    gateway.shutdown().await;
+    a.shutdown().await;
+    b.shutdown().await;
+}
