@@ -11,6 +11,10 @@
 //! to the one publishing engine: the test shows the index is fed, not which pod is chosen
 //! (the positional tests in `kv_sync.rs` show that).
 //!
+//! A `BlockStored` naming a LoRA adapter (`lora_name`) is indexed under the adapter's name,
+//! so a request for the base model does not match it; the same tokens stored for the base
+//! model do. A hand-driven publisher sends those events to both pods.
+//!
 //! Every wait polls its condition under a bounded deadline; nothing sleeps and hopes.
 
 #![expect(
@@ -24,12 +28,14 @@ use bytes::Bytes;
 use gateway::config::BackendConfig;
 use gateway::{GatewayConfig, GatewayHandle};
 use http_body_util::{BodyExt, Full};
-use mock_engine::kv_events::{END_OF_REPLAY, EventFormat, KvEventsConfig};
+use mock_engine::kv_events::wire::seq_frame;
+use mock_engine::kv_events::{END_OF_REPLAY, EventFormat, KvEventsConfig, encode_batch_as};
 use mock_engine::model::EngineProfile;
+use mock_engine::model::kv_events::KvEvent;
 use mock_engine::server::{
     FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica, spawn_replica_with_events,
 };
-use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+use zeromq::{DealerSocket, PubSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 mod support;
 
@@ -238,6 +244,146 @@ async fn map_form_events_from_an_engine_feed_the_gateways_index() {
         "unknown_parent",
     ] {
         assert!(!text.contains(error), "{error}: {text}");
+    }
+    gateway.shutdown().await;
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Tokens per engine block in the `fast` profile (vLLM's default 16).
+const ENGINE_BLOCK: usize = 16;
+
+/// The engine's ids for a completion prompt (the `/tokenize` the gateway calls).
+async fn engine_ids(client: &HttpClient, engine: &ReplicaHandle, prompt: &str) -> Vec<u32> {
+    let body = serde_json::json!({"model": MOCK_MODEL, "prompt": prompt}).to_string();
+    let answer = post(client, &format!("{}/tokenize", engine.url()), &[], body).await;
+    let json: serde_json::Value = serde_json::from_slice(answer.body()).unwrap();
+    serde_json::from_value(json["tokens"].clone()).unwrap()
+}
+
+/// A map-form batch with one `BlockStored` of the full blocks of `ids` (engine hashes
+/// `base + i`), cached for `lora_name` when given.
+fn stored_batch(ids: &[u32], base: u64, lora_name: Option<&str>) -> Vec<u8> {
+    let blocks = ids.len() / ENGINE_BLOCK;
+    let event = KvEvent::BlockStored {
+        block_hashes: (0..blocks as u64).map(|i| base + i).collect(),
+        parent_block_hash: None,
+        token_ids: ids[..blocks * ENGINE_BLOCK].to_vec(),
+        block_size: ENGINE_BLOCK,
+    };
+    let payload = encode_batch_as(EventFormat::Map, 0.0, &[event], 0);
+    let Some(name) = lora_name else {
+        return payload;
+    };
+    // The mock serves no adapters and writes `"lora_name": nil`; put a name in its place
+    // (a map's and an array's headers count entries, not bytes, so the rest stays valid).
+    let nil = b"\xa9lora_name\xc0";
+    let at = payload.windows(nil.len()).position(|w| w == nil).unwrap();
+    assert!(name.len() < 32, "a msgpack fixstr");
+    let mut patched = payload[..at + nil.len() - 1].to_vec();
+    patched.push(0xa0 | name.len() as u8);
+    patched.extend(name.as_bytes());
+    patched.extend(&payload[at + nil.len()..]);
+    patched
+}
+
+async fn publish(socket: &mut PubSocket, seq: u64, payload: Vec<u8>) {
+    let mut message = ZmqMessage::from(Bytes::from_static(b"kv@test@mock-model"));
+    message.push_back(Bytes::copy_from_slice(&seq_frame(seq)));
+    message.push_back(Bytes::from(payload));
+    socket.send(message).await.unwrap();
+}
+
+fn last_seq(text: &str, pod: &str) -> Option<f64> {
+    let key = format!("aibrix_kvcache_zmq_last_sequence_id{{pod_key=\"{pod}\"}}");
+    text.lines()
+        .find_map(|l| l.strip_prefix(key.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn an_adapters_blocks_do_not_match_requests_for_the_base_model() {
+    let client = http_client();
+    let mut publisher = PubSocket::new();
+    let endpoint = publisher.bind("tcp://127.0.0.1:0").await.unwrap();
+    let a = spawn_replica(replica("a")).await.unwrap();
+    let b = spawn_replica(replica("b")).await.unwrap();
+    let config = gateway_config(
+        vec![backend(&a), backend(&b)],
+        port(&endpoint.to_string()),
+        0,
+    );
+    let gateway = gateway::start(config).await.unwrap();
+
+    // Empty batches until both subscriptions are live (a PUB drops what it sends before a
+    // subscription reaches it); the seq keeps rising, as a real publisher's does.
+    let mut seq = 0u64;
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        publish(
+            &mut publisher,
+            seq,
+            encode_batch_as(EventFormat::Map, 0.0, &[], 0),
+        )
+        .await;
+        let text = metrics(&client, &gateway).await;
+        if last_seq(&text, "a").is_some() && last_seq(&text, "b").is_some() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no subscription:\n{text}"
+        );
+        seq += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The same length of prompt twice: one cached for an adapter, one for the base model.
+    let prompts: Vec<String> = ["adapter", "base"]
+        .iter()
+        .map(|tag| {
+            (0..100)
+                .map(|i| format!("{tag}{i}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    for (i, (prompt, lora_name)) in prompts.iter().zip([Some("sql-adapter"), None]).enumerate() {
+        let ids = engine_ids(&client, &a, prompt).await;
+        seq += 1;
+        publish(
+            &mut publisher,
+            seq,
+            stored_batch(&ids, 1_000 * (i as u64 + 1), lora_name),
+        )
+        .await;
+    }
+    let applied = seq as f64;
+    wait_for_metrics(&client, &gateway, "both BlockStored applied", |m| {
+        last_seq(m, "a") == Some(applied) && last_seq(m, "b") == Some(applied)
+    })
+    .await;
+    let text = metrics(&client, &gateway).await;
+    for pod in ["a", "b"] {
+        let processed = format!(
+            "aibrix_kvcache_zmq_events_processed_total{{event_type=\"BlockStored\",pod_key=\"{pod}\"}}"
+        );
+        assert_eq!(sample(&text, &processed), 2.0, "{text}");
+    }
+    // Routed only now, so the gateway's own routing has added neither prompt.
+    for (prompt, expected) in prompts.iter().zip(["0", "100"]) {
+        let body =
+            serde_json::json!({"model": MOCK_MODEL, "prompt": prompt, "max_tokens": 1}).to_string();
+        let answer = post(
+            &client,
+            &format!("{}/v1/completions", gateway.url()),
+            &[("routing-strategy", "prefix-cache")],
+            body,
+        )
+        .await;
+        let percent = answer.headers()["x-prefixgate-match-percent"]
+            .to_str()
+            .unwrap();
+        assert_eq!(percent, expected, "{prompt:.12}…");
     }
     gateway.shutdown().await;
     a.shutdown().await;
