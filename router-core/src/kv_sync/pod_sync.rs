@@ -15,7 +15,10 @@
 //! added to the index for this pod, and the `m` engine blocks that make it up remember it.
 //! `BlockRemoved` removes the router block an evicted engine block belonged to from the index
 //! for **this pod only** (AIBrix drops the prefix for every pod). `AllBlocksCleared` removes
-//! every router block this pod's events added (AIBrix ignores it).
+//! every router block this pod's events added (AIBrix ignores it). Which models a block is
+//! indexed under is the caller's choice (a LoRA adapter's blocks under the adapter's name:
+//! [`super::index_models`]); a removal drops the router block under every model this pod's
+//! events were indexed under, since router hashes do not say which model stored them.
 //!
 //! The state is per pod and single-owner (the gateway's subscriber task for that pod holds
 //! it); the index it writes to is shared and locks per shard.
