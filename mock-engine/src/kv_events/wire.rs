@@ -361,6 +361,38 @@ mod tests {
         );
     }
 
+    /// msgspec 0.22's encoding of the same three events, from structs declared as vLLM's
+    /// are (tagged events without `array_like`, `omit_defaults`) in an `array_like` batch.
+    const MSGSPEC_MAP_EVENTS: &str = "\
+         93cb4004000000000000938ba474797065ab426c6f636b53746f726564ac626c6f636b5f68617368657392cf\
+         ffffffffffffffff0bb1706172656e745f626c6f636b5f6861736807a9746f6b656e5f6964739401020304aa\
+         626c6f636b5f73697a6502a76c6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65c0aa65\
+         787472615f6b65797392c0c0a967726f75705f69647800b26b765f63616368655f737065635f6b696e64ae66\
+         756c6c5f617474656e74696f6e84a474797065ac426c6f636b52656d6f766564ac626c6f636b5f6861736865\
+         73910ba66d656469756da3475055a967726f75705f6964780081a474797065b0416c6c426c6f636b73436c65\
+         6172656400";
+
+    #[test]
+    fn the_map_payload_is_what_msgspec_writes_byte_for_byte() {
+        let events = [
+            KvEvent::BlockStored {
+                block_hashes: vec![u64::MAX, 11],
+                parent_block_hash: Some(7),
+                token_ids: vec![1, 2, 3, 4],
+                block_size: 2,
+            },
+            KvEvent::BlockRemoved {
+                block_hashes: vec![11],
+            },
+            KvEvent::AllBlocksCleared,
+        ];
+        let expected: Vec<u8> = (0..MSGSPEC_MAP_EVENTS.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&MSGSPEC_MAP_EVENTS[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(encode_batch_as(EventFormat::Map, 2.5, &events, 0), expected);
+    }
+
     #[test]
     fn the_gateways_decoder_reads_both_forms_alike() {
         use router_core::kv_sync::decode_batch;

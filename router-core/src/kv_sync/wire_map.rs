@@ -279,6 +279,70 @@ mod tests {
         assert_eq!(decode_batch(&payload).unwrap().data_parallel_rank, None);
     }
 
+    fn hex(text: &str) -> Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// Written by msgspec 0.22 itself, from structs declared as vLLM's are (tagged events
+    /// without `array_like`, `omit_defaults`): a positional batch as released vLLMs send,
+    /// every `BlockStored` field present and a LoRA name.
+    const MSGSPEC_ARRAY_BATCH: &str = "\
+         93cb4004000000000000938ba474797065ab426c6f636b53746f726564ac626c6f636b5f68617368657392cf\
+         ffffffffffffffff0bb1706172656e745f626c6f636b5f6861736807a9746f6b656e5f6964739401020304aa\
+         626c6f636b5f73697a6502a76c6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65ab7371\
+         6c2d61646170746572aa65787472615f6b65797392c0c0a967726f75705f69647800b26b765f63616368655f\
+         737065635f6b696e64ae66756c6c5f617474656e74696f6e84a474797065ac426c6f636b52656d6f766564ac\
+         626c6f636b5f686173686573910ba66d656469756da3475055a967726f75705f6964780081a474797065b041\
+         6c6c426c6f636b73436c656172656400";
+
+    /// The same, the batch itself a map (vLLM's newest source), defaults omitted, a nil
+    /// `medium`, and 32-byte hashes (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`).
+    const MSGSPEC_MAP_BATCH: &str = "\
+         83a27473cb4010000000000000a66576656e74739288a474797065ab426c6f636b53746f726564ac626c6f63\
+         6b5f68617368657391c420000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1fb1\
+         706172656e745f626c6f636b5f68617368c0a9746f6b656e5f69647392090aaa626c6f636b5f73697a6502a7\
+         6c6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65c083a474797065ac426c6f636b5265\
+         6d6f766564ac626c6f636b5f68617368657391c420000102030405060708090a0b0c0d0e0f10111213141516\
+         1718191a1b1c1d1e1fa66d656469756dc0b2646174615f706172616c6c656c5f72616e6b00";
+
+    #[test]
+    fn payloads_msgspec_wrote_decode() {
+        let batch = decode_batch(&hex(MSGSPEC_ARRAY_BATCH)).unwrap();
+        assert_eq!((batch.ts, batch.data_parallel_rank), (2.5, Some(0)));
+        assert_eq!(
+            batch.events,
+            [
+                expected_stored(),
+                KvEvent::BlockRemoved {
+                    block_hashes: vec![11]
+                },
+                KvEvent::AllBlocksCleared,
+            ]
+        );
+        assert_eq!(batch.lora_names, [Some("sql-adapter".into()), None, None]);
+        let batch = decode_batch(&hex(MSGSPEC_MAP_BATCH)).unwrap();
+        assert_eq!((batch.ts, batch.data_parallel_rank), (4.0, Some(0)));
+        assert_eq!(
+            batch.events,
+            [
+                KvEvent::BlockStored {
+                    block_hashes: vec![0x0001_0203_0405_0607],
+                    parent: None,
+                    token_ids: vec![9, 10],
+                    block_size: 2,
+                },
+                KvEvent::BlockRemoved {
+                    block_hashes: vec![0x0001_0203_0405_0607]
+                },
+            ]
+        );
+        assert_eq!(batch.lora_names, [None, None]);
+        assert_eq!(batch.skipped, 0);
+    }
+
     #[test]
     fn a_missing_field_or_a_wrong_type_names_the_field() {
         let without = |field: &str| {
