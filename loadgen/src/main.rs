@@ -146,6 +146,10 @@ enum Command {
         /// router's index after each step, and prompts are routed on engine token ids.
         #[arg(long)]
         kv_sync: bool,
+        /// Replay the same arrivals with another of the router's random draws (tie-breaks,
+        /// `random`'s picks); 0 is the default draw. Tells a route's luck from its rule.
+        #[arg(long, default_value_t = 0)]
+        routing_draw: u64,
         #[command(flatten)]
         selection: Selection,
     },
@@ -211,6 +215,7 @@ fn main() -> Result<()> {
             replica_prefix,
             trace,
             kv_sync,
+            routing_draw,
             selection,
         } => {
             let m = selection.matrix()?;
@@ -229,6 +234,7 @@ fn main() -> Result<()> {
             options.replicas = replicas;
             options.replica_prefix = replica_prefix;
             options.kv_sync = kv_sync;
+            options.routing_draw = routing_draw;
             simulate(&m, &options, selection.out.as_deref(), trace.as_deref())
         }
         Command::Matrix {

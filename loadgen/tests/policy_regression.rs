@@ -96,12 +96,24 @@ impl Variant {
         routes: &[&str],
         weights: &PrefixLoadConfig,
     ) -> Vec<PhaseResult> {
+        self.run_drawn(matrix_text, routes, weights, 0)
+    }
+
+    /// [`Variant::run_on`] with the routes' random draw `draw` (`SimOptions::routing_draw`).
+    fn run_drawn(
+        &self,
+        matrix_text: &str,
+        routes: &[&str],
+        weights: &PrefixLoadConfig,
+        draw: u64,
+    ) -> Vec<PhaseResult> {
         let matrix = self.matrix_on(matrix_text, routes);
         let mut options = SimOptions::seed_like(self.profile.clone());
         options.replicas = self.replicas;
         options.router.prefix_load = weights.clone();
         options.kv_synced_priming = self.kv_synced_priming;
         options.kv_sync = self.kv_sync;
+        options.routing_draw = draw;
         simulate_matrix(&matrix, &options, &mut |_, _| {})
             .map_err(|partial| partial.error)
             .expect("simulation completes")
@@ -502,3 +514,6 @@ fn trace_phase() {
 
 #[path = "policy_regression/ensemble.rs"]
 mod ensemble;
+
+#[path = "policy_regression/draws.rs"]
+mod draws;

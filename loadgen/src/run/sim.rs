@@ -77,6 +77,10 @@ pub struct SimOptions {
     /// the draw that decides that cell (docs/FIDELITY.md). `None` (the default) leaves it to
     /// the route.
     pub first_owners: Option<Vec<usize>>,
+    /// Which of the router's random draws a phase uses (tie-breaks, `random`'s picks): 0, the
+    /// default, is the one every published figure used; another number replays the same
+    /// arrivals with other coin flips, which tells a route's luck from its rule.
+    pub routing_draw: u64,
 }
 
 impl SimOptions {
@@ -94,6 +98,7 @@ impl SimOptions {
             kv_synced_priming: false,
             kv_sync: false,
             first_owners: None,
+            routing_draw: 0,
         }
     }
 
@@ -260,7 +265,12 @@ pub fn simulate_phase_run(
     options: &SimOptions,
     clock_origin: f64,
 ) -> Result<PhaseRun, SimError> {
-    let mut cluster = options.cluster(rng_for(phase.seed, &[&phase.name, "routing"]))?;
+    let draw = options.routing_draw.to_string();
+    let labels: &[&str] = match options.routing_draw {
+        0 => &[&phase.name, "routing"],
+        _ => &[&phase.name, "routing", &draw],
+    };
+    let mut cluster = options.cluster(rng_for(phase.seed, labels))?;
     let setup = prime(&mut cluster, phase, options)?;
 
     let before = cluster.counters();
