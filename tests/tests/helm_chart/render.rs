@@ -133,9 +133,10 @@ pub fn duplicate_keys(doc: &str) -> Vec<String> {
     duplicates
 }
 
-/// Every object one `helm template` rendered, as JSON.
+/// Every object one `helm template` rendered, as JSON, and the YAML Helm printed.
 pub struct Rendered {
     pub objects: Vec<Value>,
+    pub manifest: String,
 }
 
 impl Rendered {
@@ -193,7 +194,22 @@ pub async fn render(values: &[&str]) -> Rendered {
     let kinds = documents.filter(|d| d.lines().any(|l| l.starts_with("kind: ")));
     assert_eq!(objects.len(), kinds.count(), "{values:?}: {objects:?}");
     assert!(objects.len() >= 4, "{values:?}: only {objects:?}");
-    Rendered { objects }
+    Rendered { objects, manifest }
+}
+
+/// The chart's `ci/*-values.yaml` cases, sorted: each case's name (`vllm`) and its file.
+pub fn ci_cases() -> Vec<(String, PathBuf)> {
+    let mut cases: Vec<(String, PathBuf)> = std::fs::read_dir(Path::new(CHART).join("ci"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter_map(|path| {
+            let name = path.file_name()?.to_str()?.strip_suffix("-values.yaml")?;
+            Some((name.to_owned(), path.clone()))
+        })
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 8, "{cases:?}");
+    cases
 }
 
 /// `helm lint --strict` with `values` passes.

@@ -1,0 +1,287 @@
+//! Validates Kubernetes objects against the API's own schemas, for `helm_chart/schema.rs`:
+//! runs `kubernetes-validate --strict` (PyPI; it bundles the OpenAPI schemas of Kubernetes
+//! 1.25 to 1.37 and refuses unknown fields under `--strict`) on a manifest file against the
+//! oldest and the newest of them, reads its report, and pairs each line with the object it
+//! is about, so a failure names the object and the schema's message.
+//!
+//! The tool's report, one stdout line per object of the file, in file order (empty
+//! documents skipped):
+//! `INFO FILE passed for resource KIND/NAME against version V`,
+//! `ERROR FILE did not validate for resource KIND/NAME against version V: PATH: MESSAGE`
+//! (the first violation only), `WARN FILE Couldn't find schema for kind KIND with api version
+//! API for kubernetes version V`. A missing schema is only a warning with exit status 0, so
+//! every such line is checked here against [`SKIPPED`]: a kind the schemas cannot know is
+//! listed with its reason, anything else (a misspelt kind or apiVersion) is a failure.
+
+use std::path::Path;
+use std::time::Duration;
+
+/// The bundled schemas checked, the oldest and the newest of `kubernetes-validate`'s
+/// [`TOOL_VERSION`]; the chart's `kubeVersion` floor (1.21) is older than any it bundles.
+pub const VERSIONS: [&str; 2] = ["1.25.0", "1.37.0"];
+/// The version `.ci/run` pins; a newer one bundles newer schemas, and [`VERSIONS`] follows.
+pub const TOOL_VERSION: &str = "1.37.0";
+/// Objects the bundled schemas cannot know, skipped by apiVersion and kind, with the reason.
+pub const SKIPPED: &[(&str, &str, &str)] = &[(
+    "monitoring.coreos.com/v1",
+    "ServiceMonitor",
+    "a Prometheus Operator CRD, not part of the Kubernetes API the schemas describe",
+)];
+/// One validator run at most this long (they take well under a second).
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// An object of a manifest, as the file says it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Object {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+}
+
+impl Object {
+    /// How the tool names it: `deployment/pg-prefixgate`.
+    fn resource(&self) -> String {
+        format!("{}/{}", self.kind.to_lowercase(), self.name)
+    }
+
+    fn skip_reason(&self) -> Option<&'static str> {
+        SKIPPED
+            .iter()
+            .find(|(api, kind, _)| *api == self.api_version && *kind == self.kind)
+            .map(|(_, _, reason)| *reason)
+    }
+}
+
+/// What the tool said of one object.
+#[derive(Debug, PartialEq)]
+pub enum Verdict {
+    Passed { resource: String },
+    Refused { resource: String, message: String },
+    NoSchema { kind: String, api_version: String },
+}
+
+/// The tool's report on `file`, one verdict per line; a line of any other shape (a file it
+/// could not read, a version it does not bundle) is returned as the error.
+pub fn parse_report(stdout: &str, file: &str) -> Result<Vec<Verdict>, String> {
+    let mut verdicts = Vec::new();
+    for line in stdout.lines().filter(|l| !l.trim().is_empty()) {
+        let verdict = if let Some(rest) = line.strip_prefix(&format!("INFO {file} ")) {
+            rest.strip_prefix("passed for resource ")
+                .and_then(|r| r.rsplit_once(" against version "))
+                .map(|(resource, _)| Verdict::Passed {
+                    resource: resource.to_owned(),
+                })
+        } else if let Some(rest) = line.strip_prefix(&format!("ERROR {file} ")) {
+            rest.strip_prefix("did not validate for resource ")
+                .and_then(|r| r.split_once(" against version "))
+                .and_then(|(resource, r)| Some((resource, r.split_once(": ")?.1)))
+                .map(|(resource, message)| Verdict::Refused {
+                    resource: resource.to_owned(),
+                    message: message.to_owned(),
+                })
+        } else if let Some(rest) = line.strip_prefix(&format!("WARN {file} ")) {
+            rest.strip_prefix("Couldn't find schema for kind ")
+                .and_then(|r| r.split_once(" with api version "))
+                .and_then(|(kind, r)| Some((kind, r.split_once(" for kubernetes version ")?.0)))
+                .map(|(kind, api_version)| Verdict::NoSchema {
+                    kind: kind.to_owned(),
+                    api_version: api_version.to_owned(),
+                })
+        } else {
+            None
+        };
+        verdicts.push(verdict.ok_or_else(|| line.to_owned())?);
+    }
+    Ok(verdicts)
+}
+
+/// Runs the validator named by `PREFIXGATE_KUBE_VALIDATE` with `args`; its output.
+pub async fn kubernetes_validate(args: &[&str]) -> std::process::Output {
+    let tool = std::env::var("PREFIXGATE_KUBE_VALIDATE").unwrap_or_else(|_| {
+        panic!(
+            "PREFIXGATE_KUBE_VALIDATE is not set: name a kubernetes-validate binary (`pip \
+             install kubernetes-validate=={TOOL_VERSION}` puts one in a venv's bin/, as \
+             .ci/run does)"
+        )
+    });
+    let run = tokio::process::Command::new(&tool)
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(DEADLINE, run)
+        .await
+        .unwrap_or_else(|_| panic!("{tool} {args:?} ran past {DEADLINE:?}"))
+        .unwrap_or_else(|e| panic!("cannot run {tool} (PREFIXGATE_KUBE_VALIDATE): {e}"))
+}
+
+/// Validates `file`, whose objects are `objects` in file order, with `--strict` against
+/// each of [`VERSIONS`]; the failures, each naming `label`, the object and the reason
+/// (empty: every object is valid or skipped by [`SKIPPED`]).
+pub async fn check(label: &str, file: &Path, objects: &[Object]) -> Vec<String> {
+    let path = file.to_str().expect("a UTF-8 path");
+    let mut failures = Vec::new();
+    for version in VERSIONS {
+        let output = kubernetes_validate(&["--strict", "-k", version, path]).await;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tool = format!("{label}: kubernetes-validate --strict -k {version}");
+        let verdicts = match parse_report(&stdout, path) {
+            Ok(verdicts) if verdicts.len() == objects.len() => verdicts,
+            Ok(verdicts) => {
+                failures.push(format!(
+                    "{tool}: {} verdicts for {} objects {objects:?}:\n{stdout}{stderr}",
+                    verdicts.len(),
+                    objects.len()
+                ));
+                continue;
+            }
+            Err(line) => {
+                failures.push(format!("{tool}: unexpected report `{line}`\n{stderr}"));
+                continue;
+            }
+        };
+        let mut refused = false;
+        for (object, verdict) in objects.iter().zip(verdicts) {
+            let (kind, name) = (&object.kind, &object.name);
+            match verdict {
+                Verdict::Passed { resource } if resource != object.resource() => {
+                    failures.push(format!("{tool}: {kind} {name} reported as {resource}"))
+                }
+                Verdict::Passed { .. } => {
+                    if object.skip_reason().is_some() {
+                        failures.push(format!(
+                            "{tool}: the schemas know {kind} ({}) now: drop it from SKIPPED",
+                            object.api_version
+                        ));
+                    }
+                }
+                Verdict::Refused { resource, message } => {
+                    refused = true;
+                    let named = if resource == object.resource() {
+                        format!("{kind} {name}")
+                    } else {
+                        format!("{kind} {name} (reported as {resource})")
+                    };
+                    failures.push(format!("{tool}: {named} is refused: {message}"));
+                }
+                Verdict::NoSchema {
+                    kind: reported,
+                    api_version,
+                } => {
+                    if reported != *kind || api_version != object.api_version {
+                        failures.push(format!(
+                            "{tool}: {kind} {name} reported as {api_version} {reported}"
+                        ));
+                    } else if object.skip_reason().is_none() {
+                        failures.push(format!(
+                            "{tool}: no schema for {kind} {name} ({api_version}): a misspelt \
+                             kind or apiVersion, or a kind to list in SKIPPED with its reason"
+                        ));
+                    }
+                }
+            }
+        }
+        if output.status.success() == refused {
+            failures.push(format!(
+                "{tool}: exit status {} with {} refusal:\n{stdout}{stderr}",
+                output.status,
+                if refused { "a" } else { "no" }
+            ));
+        }
+    }
+    failures
+}
+
+/// The objects of a YAML file as our manifests write them (block style): per document
+/// (`---` lines apart), `apiVersion:` and `kind:` at the left margin and the `name:` of
+/// `metadata:` two columns in. Documents without a `kind:` line (comments only) are skipped,
+/// as the validator skips empty documents.
+pub fn objects_in(yaml: &str, file: &str) -> Vec<Object> {
+    let mut objects = Vec::new();
+    let mut document: Vec<&str> = Vec::new();
+    for line in yaml.lines().chain(["---"]) {
+        if line.trim_end() != "---" {
+            document.push(line);
+            continue;
+        }
+        let value = |key: &str| {
+            document.iter().find_map(|l| {
+                let value = l.strip_prefix(key)?.strip_prefix(':')?.trim();
+                Some(value.trim_matches(['"', '\'']).to_owned())
+            })
+        };
+        if let Some(kind) = value("kind") {
+            let name = document
+                .iter()
+                .skip_while(|l| l.trim_end() != "metadata:")
+                .skip(1)
+                .take_while(|l| l.starts_with(' ') || l.trim().is_empty())
+                .find_map(|l| l.strip_prefix("  name:"))
+                .map(|n| n.trim().trim_matches(['"', '\'']).to_owned());
+            let (Some(api_version), Some(name)) = (value("apiVersion"), name) else {
+                panic!("{file}: a {kind} without an apiVersion or metadata.name as block lines");
+            };
+            objects.push(Object {
+                api_version,
+                kind,
+                name,
+            });
+        }
+        document.clear();
+    }
+    objects
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Object, Verdict, objects_in, parse_report};
+
+    #[test]
+    fn the_report_is_read_line_by_line() {
+        let report = "INFO f.yaml passed for resource service/s against version 1.25\n\
+             ERROR f.yaml did not validate for resource deployment/d against version 1.25: \
+             spec.replicas: 'two' is not of type 'integer', 'null'\n\
+             WARN f.yaml Couldn't find schema for kind ServiceMonitor with api version \
+             monitoring.coreos.com/v1 for kubernetes version 1.25\n";
+        let verdicts = parse_report(report, "f.yaml").unwrap();
+        assert_eq!(
+            verdicts,
+            [
+                Verdict::Passed {
+                    resource: "service/s".into()
+                },
+                Verdict::Refused {
+                    resource: "deployment/d".into(),
+                    message: "spec.replicas: 'two' is not of type 'integer', 'null'".into()
+                },
+                Verdict::NoSchema {
+                    kind: "ServiceMonitor".into(),
+                    api_version: "monitoring.coreos.com/v1".into()
+                },
+            ]
+        );
+        let fatal = "FATAL kubernetes-validate 1.37.0 does not support kubernetes version 1.38";
+        assert_eq!(parse_report(fatal, "f.yaml"), Err(fatal.to_owned()));
+        let other_file = "INFO g.yaml passed for resource service/s against version 1.25";
+        assert!(parse_report(other_file, "f.yaml").is_err());
+    }
+
+    #[test]
+    fn objects_are_read_per_document() {
+        let yaml = "# only a comment\n---\napiVersion: v1\nkind: Service\nmetadata:\n  \
+                    labels:\n    name: not-this\n  name: \"svc\"\nspec:\n  name: nor-this\n\
+                    ---\n---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: sts\n";
+        let object = |api: &str, kind: &str, name: &str| Object {
+            api_version: api.into(),
+            kind: kind.into(),
+            name: name.into(),
+        };
+        assert_eq!(
+            objects_in(yaml, "f.yaml"),
+            [
+                object("v1", "Service", "svc"),
+                object("apps/v1", "StatefulSet", "sts")
+            ]
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! Every Kubernetes object prefixgate ships, checked against the Kubernetes API's own schemas
+//! (`kube_validate.rs`, `--strict`, Kubernetes 1.25 and 1.37): the objects each Helm `ci/`
+//! case renders, the renders of the chart's other tests, and every plain manifest under
+//! `deploy/kubernetes/`. A misspelt field, a field at the wrong level or a number where the
+//! API wants a string fails here instead of at `kubectl apply`.
+//!
+//! The tests need `kubernetes-validate` named by `PREFIXGATE_KUBE_VALIDATE` (and Helm, by
+//! `PREFIXGATE_HELM`, for the chart), so they are `#[ignore]`d like the other Helm tests;
+//! `.ci/run` installs both into its venv and runs them. Asked to run, a missing tool is a
+//! failure, never a skip. The skip list's own checks need no tool and always run.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::kube_validate::{Object, SKIPPED, TOOL_VERSION, check, kubernetes_validate, objects_in};
+use super::render::{Rendered, ci_cases, render, scratch};
+
+const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
+
+/// Renders the chart's other tests use beyond the `ci/` cases (their `--set` values), and
+/// one that turns on every optional branch of the templates that no case reaches.
+const OTHER_RENDERS: &[&[&str]] = &[
+    &[
+        "--set",
+        "vllm.enabled=true,tls.enabled=true,tls.secretName=x,ports.metrics=9100",
+        "--set-json",
+        r#"extraArgs=["--max-retries",5,"--max-body-bytes",10000000]"#,
+    ],
+    &["--set", "vllm.enabled=true,kvSync.enabled=true"],
+    &[
+        "--set",
+        "vllm.enabled=true,vllm.mock=true,kvSync.enabled=true,kvSync.replayPort=0",
+    ],
+];
+
+/// The objects of a render, in manifest order, as the manifest names them.
+fn rendered_objects(rendered: &Rendered) -> Vec<Object> {
+    let text = |o: &Value, pointer: &str| {
+        o.pointer(pointer)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    rendered
+        .objects
+        .iter()
+        .map(|o| Object {
+            api_version: text(o, "/apiVersion").unwrap(),
+            kind: text(o, "/kind").unwrap(),
+            name: text(o, "/metadata/name").unwrap(),
+        })
+        .collect()
+}
+
+/// Renders the chart with `values` and validates what Helm printed; the failures, and the
+/// rendered objects.
+async fn check_render(label: &str, values: &[&str]) -> (Vec<String>, Vec<Object>) {
+    let rendered = render(values).await;
+    let objects = rendered_objects(&rendered);
+    let file = scratch("schema.yaml");
+    std::fs::write(&file, &rendered.manifest).unwrap();
+    let failures = check(label, &file, &objects).await;
+    std::fs::remove_file(&file).unwrap();
+    (failures, objects)
+}
+
+/// Every `.yaml`/`.yml` file under `dir`, sorted.
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    // Bounded: the folders under deploy/ are few and shallow.
+    for _ in 0..1000 {
+        let Some(folder) = folders.pop() else { break };
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                files.push(path);
+            }
+        }
+    }
+    assert!(folders.is_empty(), "more than 1000 folders under {dir:?}");
+    files.sort();
+    files
+}
+
+/// The kinds `objects` hold that [`SKIPPED`] lists; a skip entry outside it is stale.
+fn stale_skips(objects: &[Object]) -> Vec<String> {
+    SKIPPED
+        .iter()
+        .filter(|(api, kind, _)| {
+            !objects
+                .iter()
+                .any(|o| o.api_version == *api && o.kind == *kind)
+        })
+        .map(|(api, kind, reason)| format!("{api} {kind} ({reason})"))
+        .collect()
+}
+
+fn assert_no_failures(failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{} objects refused or unchecked:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs helm and kubernetes-validate: PREFIXGATE_HELM, PREFIXGATE_KUBE_VALIDATE (.ci/run sets them)"]
+async fn kube_schema_accepts_every_object_the_chart_renders() {
+    let mut failures = Vec::new();
+    let mut seen = Vec::new();
+    for (case, path) in ci_cases() {
+        let label = format!("ci/{case}-values.yaml");
+        let (found, objects) = check_render(&label, &["-f", path.to_str().unwrap()]).await;
+        failures.extend(found);
+        seen.extend(objects);
+    }
+    for values in OTHER_RENDERS {
+        let (found, objects) = check_render(&format!("{values:?}"), values).await;
+        failures.extend(found);
+        seen.extend(objects);
+    }
+    assert_no_failures(&failures);
+    let kinds: BTreeSet<&str> = seen.iter().map(|o| o.kind.as_str()).collect();
+    println!("validated or skipped: {kinds:?}");
+    for kind in ["Deployment", "StatefulSet", "Service", "ConfigMap", "Role"] {
+        assert!(kinds.contains(kind), "no {kind} among {kinds:?}");
+    }
+    let stale = stale_skips(&seen);
+    assert!(stale.is_empty(), "no render holds {stale:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs kubernetes-validate: PREFIXGATE_KUBE_VALIDATE (.ci/run sets it)"]
+async fn kube_schema_accepts_every_plain_manifest() {
+    let files = yaml_files(&Path::new(DEPLOY).join("kubernetes"));
+    assert!(files.len() >= 12, "{files:?}");
+    let mut failures = Vec::new();
+    let mut seen = Vec::new();
+    for file in &files {
+        let label = file.strip_prefix(DEPLOY).unwrap().display().to_string();
+        let objects = objects_in(&std::fs::read_to_string(file).unwrap(), &label);
+        assert!(!objects.is_empty(), "{label} holds no object");
+        failures.extend(check(&label, file, &objects).await);
+        seen.extend(objects);
+    }
+    assert_no_failures(&failures);
+    let stale = stale_skips(&seen);
+    assert!(stale.is_empty(), "no plain manifest holds {stale:?}");
+}
+
+/// A Deployment that is valid but for one planted defect per copy; the valid one passes.
+const DEPLOYMENT: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: NAME
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: x
+  template:
+    metadata:
+      labels:
+        app: x
+    spec:
+      containers:
+        - name: c
+          image: x:1
+          ports:
+            - containerPort: 8080
+";
+
+#[tokio::test]
+#[ignore = "needs kubernetes-validate: PREFIXGATE_KUBE_VALIDATE (.ci/run sets it)"]
+async fn kube_schema_refuses_wrong_types_unknown_fields_and_unknown_kinds() {
+    let version = kubernetes_validate(&["--version"]).await;
+    let version = String::from_utf8_lossy(&version.stdout);
+    assert_eq!(
+        version.trim(),
+        TOOL_VERSION,
+        "kubernetes-validate's version: pin it in .ci/run and name its schemas in VERSIONS"
+    );
+    let valid = DEPLOYMENT.replace("NAME", "valid");
+    let documents = [
+        valid.clone(),
+        valid
+            .replace("valid", "two")
+            .replace("replicas: 2", "replicas: \"two\""),
+        valid
+            .replace("valid", "portz")
+            .replace("  ports:", "  portz:"),
+        valid
+            .replace("valid", "misspelt")
+            .replace("kind: Deployment", "kind: Deploymnet"),
+    ];
+    let yaml = documents.join("---\n");
+    let file = scratch("wrong.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    let objects = objects_in(&yaml, "wrong.yaml");
+    assert_eq!(objects.len(), 4, "{objects:?}");
+    let failures = check("planted", &file, &objects).await;
+    std::fs::remove_file(&file).unwrap();
+    let expected = [
+        "Deployment two is refused: spec.replicas: 'two' is not of type 'integer'",
+        "Deployment portz is refused: spec.template.spec.containers.0: Additional properties \
+         are not allowed ('portz' was unexpected)",
+        "no schema for Deploymnet misspelt (apps/v1)",
+    ];
+    for version in ["1.25.0", "1.37.0"] {
+        for message in expected {
+            let found = failures
+                .iter()
+                .filter(|f| f.contains(&format!("-k {version}:")) && f.contains(message))
+                .count();
+            assert_eq!(found, 1, "{version} {message}:\n{}", failures.join("\n"));
+        }
+    }
+    assert_eq!(failures.len(), 6, "{}", failures.join("\n"));
+    assert!(
+        !failures.iter().any(|f| f.contains(" valid ")),
+        "{failures:?}"
+    );
+}
+
+#[test]
+fn the_skip_list_names_kinds_the_chart_and_the_manifests_hold() {
+    let mut files = yaml_files(&Path::new(DEPLOY).join("kubernetes"));
+    files.extend(yaml_files(
+        &Path::new(DEPLOY).join("helm/prefixgate/templates"),
+    ));
+    let mut seen = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        seen.extend(objects_in(&text, &file.display().to_string()));
+    }
+    let stale = stale_skips(&seen);
+    assert!(stale.is_empty(), "nothing under deploy/ is a {stale:?}");
+    for (_, _, reason) in SKIPPED {
+        assert!(reason.len() > 20, "say why: {reason}");
+    }
+}
