@@ -109,7 +109,7 @@ fn assert_no_failures(failures: &[String]) {
 }
 
 #[tokio::test]
-#[ignore = "needs helm and kubernetes-validate: PREFIXGATE_HELM, PREFIXGATE_KUBE_VALIDATE (.ci/run sets them)"]
+#[ignore = "needs PREFIXGATE_HELM and PREFIXGATE_KUBE_VALIDATE (.ci/run sets them)"]
 async fn kube_schema_accepts_every_object_the_chart_renders() {
     let mut failures = Vec::new();
     let mut seen = Vec::new();
