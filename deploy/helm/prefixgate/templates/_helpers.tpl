@@ -98,6 +98,29 @@ A list of command-line arguments, each a quoted string: the API server refuses a
 {{- end }}
 
 {{/*
+A map of label, annotation or nodeSelector values (dict "map" M "field" NAME) with every value
+a string: the API server refuses numbers and booleans there, and a values file or `--set`
+gives `prometheus.io/scrape: true` or `tier: 1` as a boolean and a number. Whole numbers stay
+whole (Helm reads YAML numbers as floats: 10000000 would print as 1e+07); a nested map or list
+stops the render naming the field.
+*/}}
+{{- define "prefixgate.stringMap" -}}
+{{- $strings := dict }}
+{{- range $key, $value := .map }}
+{{- if or (kindIs "map" $value) (kindIs "slice" $value) }}
+{{- fail (printf "%s.%s must be a string, not a %s." $.field $key (kindOf $value)) }}
+{{- else if and (kindIs "float64" $value) (eq $value (float64 (int64 $value))) }}
+{{- $_ := set $strings $key (int64 $value | toString) }}
+{{- else if kindIs "invalid" $value }}
+{{- $_ := set $strings $key "" }}
+{{- else }}
+{{- $_ := set $strings $key (toString $value) }}
+{{- end }}
+{{- end }}
+{{- toYaml $strings }}
+{{- end }}
+
+{{/*
 Settings the chart cannot honour yet, and combinations that cannot work, stop the render
 with a message instead of being ignored.
 */}}
