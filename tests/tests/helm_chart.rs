@@ -241,6 +241,76 @@ fn assert_discovers_the_engine_pods(rendered: &Rendered, gateway: &Gateway) {
     );
 }
 
+/// `ci/options-values.yaml`: the optional values land where they say, and the labels,
+/// annotations, nodeSelectors and Secret names it writes as YAML numbers and booleans are
+/// rendered as the strings the API requires.
+fn assert_options_render_as_given(rendered: &Rendered, gateway: &Gateway) {
+    use serde_json::json;
+    let deployment = rendered.object("Deployment", GATEWAY);
+    let template = &deployment["spec"]["template"];
+    assert_eq!(template["metadata"]["labels"]["tier"], "1");
+    assert_eq!(template["metadata"]["labels"]["canary"], "false");
+    assert_eq!(
+        template["metadata"]["annotations"]["example.com/revision"],
+        "3"
+    );
+    let pod = gateway.pod;
+    assert_eq!(pod["nodeSelector"], json!({"example.com/gateway": "true"}));
+    assert_eq!(pod["imagePullSecrets"], json!([{"name": "regcred"}]));
+    assert_eq!(pod["tolerations"][0]["key"], "dedicated");
+    assert!(
+        pod["affinity"]["podAntiAffinity"].is_null(),
+        "replaced by nodeAffinity"
+    );
+    let keys = named(
+        list(gateway.container, "/env"),
+        "name",
+        "PREFIXGATE_API_KEYS",
+    );
+    assert_eq!(keys["valueFrom"]["secretKeyRef"]["name"], "2024");
+    assert!(
+        gateway.container["lifecycle"].is_null(),
+        "preStopSleepSeconds: 0"
+    );
+    let mount = named(
+        list(gateway.container, "/volumeMounts"),
+        "name",
+        "tokenizer",
+    );
+    assert_eq!(mount["mountPath"], "/tokenizer");
+    named(list(pod, "/volumes"), "name", "tokenizer");
+    let account = rendered.object("ServiceAccount", GATEWAY);
+    assert_eq!(
+        account["metadata"]["annotations"]["example.com/managed"],
+        "true"
+    );
+    let service = rendered.object("Service", GATEWAY);
+    assert_eq!(service["spec"]["type"], "LoadBalancer");
+    let internal = "service.beta.kubernetes.io/aws-load-balancer-internal";
+    assert_eq!(service["metadata"]["annotations"][internal], "true");
+    let metrics = rendered.object("Service", &format!("{GATEWAY}-metrics"));
+    assert_eq!(
+        metrics["metadata"]["annotations"]["prometheus.io/scrape"],
+        "true"
+    );
+    let pdb = rendered.object("PodDisruptionBudget", GATEWAY);
+    assert_eq!(pdb["spec"]["minAvailable"], "50%");
+    for name in [GATEWAY, ENGINES] {
+        let monitor = rendered.object("ServiceMonitor", name);
+        assert_eq!(monitor["metadata"]["labels"]["release"], "1", "{name}");
+    }
+    let statefulset = rendered.object("StatefulSet", ENGINES);
+    let engines = &statefulset["spec"]["template"]["spec"];
+    let gpu = json!({"nvidia.com/gpu.present": "true"});
+    assert_eq!(engines["nodeSelector"], gpu);
+    let (container, args) = engine(rendered);
+    assert_eq!(
+        container["env"][0]["valueFrom"]["secretKeyRef"]["name"],
+        "2026"
+    );
+    assert!(args.ends_with(&["--max-model-len", "8192"]), "{args:?}");
+}
+
 /// What each `ci/` case is for, beyond rendering a valid gateway.
 fn check_case(case: &str, rendered: &Rendered, gateway: &Gateway) {
     let config = &gateway.config;
@@ -280,6 +350,11 @@ fn check_case(case: &str, rendered: &Rendered, gateway: &Gateway) {
         "tls" => {
             assert_tls_from_secret(gateway, "prefixgate-tls");
             assert_eq!(config.embedded.time_scale, 10.0, "from extraArgs");
+        }
+        "options" => {
+            assert_tls_from_secret(gateway, "2025");
+            assert_backends_are_the_engine_pods(rendered, gateway);
+            assert_options_render_as_given(rendered, gateway);
         }
         other => panic!("ci/{other}-values.yaml is new: say in check_case what it shows"),
     }

@@ -208,7 +208,7 @@ pub fn ci_cases() -> Vec<(String, PathBuf)> {
         })
         .collect();
     cases.sort();
-    assert!(cases.len() >= 8, "{cases:?}");
+    assert!(cases.len() >= 9, "{cases:?}");
     cases
 }
 
