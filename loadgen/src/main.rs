@@ -101,7 +101,8 @@ struct LocalArgs {
     /// Local mode: engine time runs this many times faster than wall time.
     #[arg(long, default_value_t = 1.0)]
     time_scale: f64,
-    /// Local mode: engine profile (a built-in name or a .toml path).
+    /// Local mode: engine profile (a built-in name or a .toml path); a comma-separated list
+    /// gives unequal replicas (replica i runs the list's profile i modulo its length).
     #[arg(long, default_value = "l20-qwen27b-fp8")]
     engine_profile: String,
     /// Local mode: replica names are this prefix plus A, B, C, …
@@ -110,8 +111,9 @@ struct LocalArgs {
 }
 
 impl LocalArgs {
-    /// The engine profile, once the replica count and time scale are known to be usable.
-    fn profile(&self) -> Result<EngineProfile> {
+    /// The engine profiles (replica i runs profile i modulo their count), once the replica
+    /// count and time scale are known to be usable.
+    fn profiles(&self) -> Result<Vec<EngineProfile>> {
         let (replicas, scale) = (self.replicas, self.time_scale);
         if !(1..=64).contains(&replicas) {
             bail!("--replicas must be 1..=64, got {replicas}");
@@ -119,9 +121,17 @@ impl LocalArgs {
         if !(scale.is_finite() && scale > 0.0) {
             bail!("--time-scale must be > 0, got {scale}");
         }
-        EngineProfile::load(&self.engine_profile)
-            .with_context(|| format!("engine profile {:?}", self.engine_profile))
+        load_profiles(&self.engine_profile)
     }
+}
+
+/// The profiles of `--engine-profile`: one name or path, or a comma-separated list of them.
+fn load_profiles(spec: &str) -> Result<Vec<EngineProfile>> {
+    spec.split(',')
+        .map(|name| {
+            EngineProfile::load(name.trim()).with_context(|| format!("engine profile {name:?}"))
+        })
+        .collect()
 }
 
 #[derive(Debug, Subcommand)]
@@ -219,13 +229,7 @@ fn main() -> Result<()> {
             selection,
         } => {
             let m = selection.matrix()?;
-            let profiles = engine_profile
-                .split(',')
-                .map(|name| {
-                    EngineProfile::load(name.trim())
-                        .with_context(|| format!("engine profile {name:?}"))
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let profiles = load_profiles(&engine_profile)?;
             let mut options = SimOptions::seed_like(profiles[0].clone());
             if profiles.len() > 1 {
                 options.replica_profiles = profiles;
@@ -254,14 +258,18 @@ fn main() -> Result<()> {
                 .context("starting the async runtime")?;
             runtime.block_on(async move {
                 if local {
-                    let profile = local_args.profile()?;
+                    let profiles = local_args.profiles()?;
                     let time_scale = local_args.time_scale;
-                    let mut names = SimOptions::seed_like(profile.clone());
+                    let mut names = SimOptions::seed_like(profiles[0].clone());
                     names.replicas = local_args.replicas;
                     names.replica_prefix = local_args.replica_prefix;
+                    if profiles.len() > 1 {
+                        names.replica_profiles.clone_from(&profiles);
+                    }
+                    let profile_names = names.profile_names();
                     let stack = LocalStack::start(LocalOptions {
                         names: names.replica_names(),
-                        profile: profile.clone(),
+                        profiles,
                         time_scale,
                         model,
                         admission: Default::default(),
@@ -273,10 +281,10 @@ fn main() -> Result<()> {
                         runtime: format!(
                             "prefixgate loadgen {} local: mock-engine {} at time scale {time_scale} (times in engine seconds)",
                             env!("CARGO_PKG_VERSION"),
-                            profile.name
+                            profile_names
                         ),
                         gateway: "prefixgate gateway (router-core, AIBrix v0.7.0 prefix-cache semantics)".into(),
-                        gpu_per_replica: format!("simulated {}", profile.name),
+                        gpu_per_replica: format!("simulated {profile_names}"),
                     };
                     let runner = LiveRunner::new(http_client(), stack.target().clone());
                     let outcome = live(&runner, &m, describe, selection.out.as_deref()).await;

@@ -95,11 +95,11 @@ pub fn run(args: OperationsArgs) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     let target = if local {
-        let profile = stack.profile()?;
+        let profiles = stack.profiles()?;
         OperationsTarget::Local(Box::new(LocalStacks::new(
             stack.replica_prefix,
             stack.replicas,
-            profile,
+            profiles,
             stack.time_scale,
             model,
             crate::routing_from_env()?,

@@ -30,7 +30,9 @@ pub struct LocalStack {
 #[derive(Debug, Clone)]
 pub struct LocalOptions {
     pub names: Vec<String>,
-    pub profile: EngineProfile,
+    /// Replica `i` runs `profiles[i % profiles.len()]`: one profile for all, or unequal
+    /// replicas, as in the simulator (`SimOptions::replica_profiles`). Must not be empty.
+    pub profiles: Vec<EngineProfile>,
     pub time_scale: f64,
     pub model: String,
     /// The gateway's `[admission]` table (tenant caps for the operations phases).
@@ -49,14 +51,17 @@ impl LocalStack {
                 options.time_scale
             ));
         }
+        if options.profiles.is_empty() {
+            return Err("no engine profile given for the local replicas".to_owned());
+        }
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut replicas = Vec::new();
-        for name in &options.names {
+        for (i, name) in options.names.iter().enumerate() {
             let config = ReplicaConfig {
                 name: name.clone(),
                 listen: loopback,
                 model: options.model.clone(),
-                profile: options.profile.clone(),
+                profile: options.profiles[i % options.profiles.len()].clone(),
                 time_scale: options.time_scale,
                 failures: FailurePlan::default(),
             };
@@ -146,7 +151,7 @@ mod tests {
         let profile = EngineProfile::builtin("fast").expect("builtin fast profile");
         let stack = LocalStack::start(LocalOptions {
             names: vec!["L20-A".into(), "L20-B".into()],
-            profile,
+            profiles: vec![profile],
             time_scale: 100.0,
             model: "m".into(),
             admission: AdmissionConfig::default(),
@@ -190,11 +195,58 @@ mod tests {
         assert_eq!(hot.initial_prefix_owners["0"], vec!["L20-B".to_owned()]);
     }
 
+    /// Unequal replicas: replica `i` runs profile `i` modulo the list, seen in the context
+    /// length each replica's `/v1/models` reports.
+    #[tokio::test]
+    async fn replicas_run_the_profiles_in_turn() {
+        let fast = EngineProfile::builtin("fast").expect("builtin fast profile");
+        let mut short = fast.clone();
+        short.max_model_len = fast.max_model_len / 2;
+        let stack = LocalStack::start(LocalOptions {
+            names: vec!["a".into(), "b".into(), "c".into()],
+            profiles: vec![fast.clone(), short.clone()],
+            time_scale: 100.0,
+            model: "m".into(),
+            admission: AdmissionConfig::default(),
+            routing: RouterConfig::default(),
+        })
+        .await
+        .unwrap();
+        let client = http_client();
+        let mut lengths = Vec::new();
+        for replica in &stack.target().replicas {
+            let url = format!("{}/v1/models", replica.base);
+            let body = crate::run::live_request::get_text(&client, &url, Duration::from_secs(5))
+                .await
+                .unwrap();
+            let models: serde_json::Value = serde_json::from_str(&body).unwrap();
+            lengths.push(models["data"][0]["max_model_len"].as_u64().unwrap());
+        }
+        stack.shutdown().await;
+        let (long, half) = (fast.max_model_len as u64, short.max_model_len as u64);
+        assert_eq!(lengths, vec![long, half, long]);
+    }
+
+    #[tokio::test]
+    async fn no_profile_is_refused_before_anything_starts() {
+        let err = LocalStack::start(LocalOptions {
+            names: vec!["a".into()],
+            profiles: Vec::new(),
+            time_scale: 1.0,
+            model: "m".into(),
+            admission: AdmissionConfig::default(),
+            routing: RouterConfig::default(),
+        })
+        .await
+        .unwrap_err();
+        assert!(err.contains("no engine profile"), "{err}");
+    }
+
     #[tokio::test]
     async fn a_bad_time_scale_is_refused_before_anything_starts() {
         let err = LocalStack::start(LocalOptions {
             names: vec!["a".into()],
-            profile: EngineProfile::builtin("fast").expect("builtin fast profile"),
+            profiles: vec![EngineProfile::builtin("fast").expect("builtin fast profile")],
             time_scale: 0.0,
             model: "m".into(),
             admission: AdmissionConfig::default(),

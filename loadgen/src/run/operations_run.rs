@@ -37,7 +37,8 @@ pub struct StackDescription {
 pub struct LocalStacks {
     names_prefix: String,
     default_replicas: usize,
-    profile: EngineProfile,
+    /// Replica `i` runs `profiles[i % len]` ([`LocalOptions::profiles`]); not empty.
+    profiles: Vec<EngineProfile>,
     time_scale: f64,
     model: String,
     routing: RouterConfig,
@@ -49,7 +50,7 @@ impl LocalStacks {
     pub fn new(
         names_prefix: String,
         default_replicas: usize,
-        profile: EngineProfile,
+        profiles: Vec<EngineProfile>,
         time_scale: f64,
         model: String,
         routing: RouterConfig,
@@ -57,7 +58,7 @@ impl LocalStacks {
         LocalStacks {
             names_prefix,
             default_replicas,
-            profile,
+            profiles,
             time_scale,
             model,
             routing,
@@ -86,13 +87,16 @@ impl LocalStacks {
         }
         if self.current.is_none() {
             // Named as the matrix names them (`L20-A`, `L20-B`, …).
-            let mut naming = SimOptions::seed_like(self.profile.clone());
+            let Some(first) = self.profiles.first() else {
+                return Err("no engine profile given for the local replicas".to_owned());
+            };
+            let mut naming = SimOptions::seed_like(first.clone());
             naming.replicas = shape.replicas;
             naming.replica_prefix.clone_from(&self.names_prefix);
             let names = naming.replica_names();
             let stack = LocalStack::start(LocalOptions {
                 names,
-                profile: self.profile.clone(),
+                profiles: self.profiles.clone(),
                 time_scale: self.time_scale,
                 model: self.model.clone(),
                 admission: shape.admission.clone(),
@@ -109,18 +113,26 @@ impl LocalStacks {
 
     /// What local phases run on, for the result's top-level fields.
     pub fn describe(&self) -> StackDescription {
+        let profiles: Vec<&str> = self.profiles.iter().map(|p| p.name.as_str()).collect();
+        let profiles = profiles.join(", ");
         StackDescription {
             model: self.model.clone(),
             runtime_version: format!(
                 "prefixgate loadgen {} local: mock-engine {} at time scale {} (times in engine seconds)",
                 env!("CARGO_PKG_VERSION"),
-                self.profile.name,
+                profiles,
                 self.time_scale
             ),
             aibrix_version: "prefixgate gateway (router-core; per-tenant admission from the phase)"
                 .to_owned(),
-            gpu: format!("simulated {}", self.profile.name),
-            max_model_len: self.profile.max_model_len as u64,
+            gpu: format!("simulated {profiles}"),
+            // The longest prompt every replica takes.
+            max_model_len: self
+                .profiles
+                .iter()
+                .map(|p| p.max_model_len as u64)
+                .min()
+                .unwrap_or(0),
         }
     }
 
@@ -241,7 +253,7 @@ mod tests {
         let stacks = LocalStacks::new(
             "L20-".into(),
             2,
-            EngineProfile::builtin("fast").expect("builtin fast profile"),
+            vec![EngineProfile::builtin("fast").expect("builtin fast profile")],
             1.0,
             "m".into(),
             RouterConfig::default(),
