@@ -64,7 +64,7 @@ async fn a_tiny_operations_file_runs_locally_in_the_seed_schema() {
     let stacks = LocalStacks::new(
         "L20-".into(),
         2,
-        profile,
+        vec![profile],
         50.0,
         "m".into(),
         router_core::RouterConfig::default(),
