@@ -1,8 +1,9 @@
 //! Validates Kubernetes objects against the API's own schemas, for `helm_chart/schema.rs`:
-//! runs `kubernetes-validate --strict` (PyPI; it bundles the OpenAPI schemas of Kubernetes
-//! 1.25 to 1.37 and refuses unknown fields under `--strict`) on a manifest file against the
-//! oldest and the newest of them, reads its report, and pairs each line with the object it
-//! is about, so a failure names the object and the schema's message.
+//! runs `kubernetes-validate --strict` (PyPI; each release bundles the OpenAPI schemas of
+//! a range of Kubernetes versions and refuses unknown fields under `--strict`) on a manifest
+//! file against [`SCHEMAS`]: the chart's `kubeVersion` floor (1.21, from release 1.24.0) and
+//! the oldest and newest of release 1.37.0 (1.25, 1.37). It reads the tool's report and pairs
+//! each line with the object it is about, so a failure names the object and the message.
 //!
 //! The tool's report, one stdout line per object of the file, in file order (empty
 //! documents skipped):
@@ -16,11 +17,31 @@
 use std::path::Path;
 use std::time::Duration;
 
-/// The bundled schemas checked, the oldest and the newest of `kubernetes-validate`'s
-/// [`TOOL_VERSION`]; the chart's `kubeVersion` floor (1.21) is older than any it bundles.
-pub const VERSIONS: [&str; 2] = ["1.25.0", "1.37.0"];
-/// The version `.ci/run` pins; a newer one bundles newer schemas, and [`VERSIONS`] follows.
-pub const TOOL_VERSION: &str = "1.37.0";
+/// One pinned release of `kubernetes-validate` and the Kubernetes versions checked with it.
+#[derive(Debug)]
+pub struct Schemas {
+    /// The variable naming its binary (`.ci/run` installs each release into a venv).
+    pub env: &'static str,
+    /// The release `.ci/run` pins: it decides which schemas are bundled.
+    pub release: &'static str,
+    pub kubernetes: &'static [&'static str],
+}
+
+/// Everything is validated against each of these. Release 1.37.0 bundles 1.25 to 1.37 (its
+/// oldest and newest are checked); 1.24.0 bundles 1.10 to 1.24 and so reaches the floor of
+/// the chart's `kubeVersion` (a test keeps the two equal).
+pub const SCHEMAS: [Schemas; 2] = [
+    Schemas {
+        env: "PREFIXGATE_KUBE_VALIDATE_FLOOR",
+        release: "1.24.0",
+        kubernetes: &["1.21.0"],
+    },
+    Schemas {
+        env: "PREFIXGATE_KUBE_VALIDATE",
+        release: "1.37.0",
+        kubernetes: &["1.25.0", "1.37.0"],
+    },
+];
 /// Objects the bundled schemas cannot know, skipped by apiVersion and kind, with the reason.
 pub const SKIPPED: &[(&str, &str, &str)] = &[(
     "monitoring.coreos.com/v1",
@@ -95,13 +116,13 @@ pub fn parse_report(stdout: &str, file: &str) -> Result<Vec<Verdict>, String> {
     Ok(verdicts)
 }
 
-/// Runs the validator named by `PREFIXGATE_KUBE_VALIDATE` with `args`; its output.
-pub async fn kubernetes_validate(args: &[&str]) -> std::process::Output {
-    let tool = std::env::var("PREFIXGATE_KUBE_VALIDATE").unwrap_or_else(|_| {
+/// Runs the validator release `schemas` names with `args`; its output.
+pub async fn kubernetes_validate(schemas: &Schemas, args: &[&str]) -> std::process::Output {
+    let (env, release) = (schemas.env, schemas.release);
+    let tool = std::env::var(env).unwrap_or_else(|_| {
         panic!(
-            "PREFIXGATE_KUBE_VALIDATE is not set: name a kubernetes-validate binary (`pip \
-             install kubernetes-validate=={TOOL_VERSION}` puts one in a venv's bin/, as \
-             .ci/run does)"
+            "{env} is not set: name a kubernetes-validate {release} binary (`pip install \
+             kubernetes-validate=={release}` puts one in a venv's bin/, as .ci/run does)"
         )
     });
     let run = tokio::process::Command::new(&tool)
@@ -111,17 +132,20 @@ pub async fn kubernetes_validate(args: &[&str]) -> std::process::Output {
     tokio::time::timeout(DEADLINE, run)
         .await
         .unwrap_or_else(|_| panic!("{tool} {args:?} ran past {DEADLINE:?}"))
-        .unwrap_or_else(|e| panic!("cannot run {tool} (PREFIXGATE_KUBE_VALIDATE): {e}"))
+        .unwrap_or_else(|e| panic!("cannot run {tool} ({env}): {e}"))
 }
 
 /// Validates `file`, whose objects are `objects` in file order, with `--strict` against
-/// each of [`VERSIONS`]; the failures, each naming `label`, the object and the reason
-/// (empty: every object is valid or skipped by [`SKIPPED`]).
+/// every version of [`SCHEMAS`]; the failures, each naming `label`, the object and the
+/// reason (empty: every object is valid or skipped by [`SKIPPED`]).
 pub async fn check(label: &str, file: &Path, objects: &[Object]) -> Vec<String> {
     let path = file.to_str().expect("a UTF-8 path");
     let mut failures = Vec::new();
-    for version in VERSIONS {
-        let output = kubernetes_validate(&["--strict", "-k", version, path]).await;
+    let versions = SCHEMAS
+        .iter()
+        .flat_map(|s| s.kubernetes.iter().map(move |v| (s, *v)));
+    for (schemas, version) in versions {
+        let output = kubernetes_validate(schemas, &["--strict", "-k", version, path]).await;
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
         let tool = format!("{label}: kubernetes-validate --strict -k {version}");

@@ -1,20 +1,22 @@
 //! Every Kubernetes object prefixgate ships, checked against the Kubernetes API's own schemas
-//! (`kube_validate.rs`, `--strict`, Kubernetes 1.25 and 1.37): the objects each Helm `ci/`
-//! case renders, the renders of the chart's other tests, and every plain manifest under
+//! (`kube_validate.rs`, `--strict`, Kubernetes 1.21, 1.25 and 1.37): the objects each Helm
+//! `ci/` case renders, the renders of the chart's other tests, and every plain manifest under
 //! `deploy/kubernetes/`. A misspelt field, a field at the wrong level or a number where the
 //! API wants a string fails here instead of at `kubectl apply`.
 //!
-//! The tests need `kubernetes-validate` named by `PREFIXGATE_KUBE_VALIDATE` (and Helm, by
-//! `PREFIXGATE_HELM`, for the chart), so they are `#[ignore]`d like the other Helm tests;
-//! `.ci/run` installs both into its venv and runs them. Asked to run, a missing tool is a
-//! failure, never a skip. The skip list's own checks need no tool and always run.
+//! The tests need two releases of `kubernetes-validate`, named by `PREFIXGATE_KUBE_VALIDATE`
+//! (1.37.0) and `PREFIXGATE_KUBE_VALIDATE_FLOOR` (1.24.0), and Helm (`PREFIXGATE_HELM`) for
+//! the chart, so they are `#[ignore]`d like the other Helm tests; `.ci/run` installs them
+//! into venvs and runs them. Asked to run, a missing tool is a failure, never a skip. The
+//! checks of the skip list and of the chart's `kubeVersion` need no tool and always run.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::kube_validate::{Object, SKIPPED, TOOL_VERSION, check, kubernetes_validate, objects_in};
+use super::kube_validate::{Object, SCHEMAS, SKIPPED, check, kubernetes_validate, objects_in};
+use super::render::CHART;
 use super::render::{Rendered, ci_cases, render, scratch};
 
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
@@ -109,7 +111,7 @@ fn assert_no_failures(failures: &[String]) {
 }
 
 #[tokio::test]
-#[ignore = "needs PREFIXGATE_HELM and PREFIXGATE_KUBE_VALIDATE (.ci/run sets them)"]
+#[ignore = "needs PREFIXGATE_HELM, PREFIXGATE_KUBE_VALIDATE(_FLOOR) (.ci/run sets them)"]
 async fn kube_schema_accepts_every_object_the_chart_renders() {
     let mut failures = Vec::new();
     let mut seen = Vec::new();
@@ -135,7 +137,7 @@ async fn kube_schema_accepts_every_object_the_chart_renders() {
 }
 
 #[tokio::test]
-#[ignore = "needs kubernetes-validate: PREFIXGATE_KUBE_VALIDATE (.ci/run sets it)"]
+#[ignore = "needs PREFIXGATE_KUBE_VALIDATE and _FLOOR (.ci/run sets them)"]
 async fn kube_schema_accepts_every_plain_manifest() {
     let files = yaml_files(&Path::new(DEPLOY).join("kubernetes"));
     assert!(files.len() >= 12, "{files:?}");
@@ -176,15 +178,18 @@ spec:
 ";
 
 #[tokio::test]
-#[ignore = "needs kubernetes-validate: PREFIXGATE_KUBE_VALIDATE (.ci/run sets it)"]
+#[ignore = "needs PREFIXGATE_KUBE_VALIDATE and _FLOOR (.ci/run sets them)"]
 async fn kube_schema_refuses_wrong_types_unknown_fields_and_unknown_kinds() {
-    let version = kubernetes_validate(&["--version"]).await;
-    let version = String::from_utf8_lossy(&version.stdout);
-    assert_eq!(
-        version.trim(),
-        TOOL_VERSION,
-        "kubernetes-validate's version: pin it in .ci/run and name its schemas in VERSIONS"
-    );
+    for schemas in &SCHEMAS {
+        let version = kubernetes_validate(schemas, &["--version"]).await;
+        let version = String::from_utf8_lossy(&version.stdout);
+        assert_eq!(
+            version.trim(),
+            schemas.release,
+            "{}: .ci/run pins the release, and SCHEMAS names the schemas it bundles",
+            schemas.env
+        );
+    }
     let valid = DEPLOYMENT.replace("NAME", "valid");
     let documents = [
         valid.clone(),
@@ -211,7 +216,8 @@ async fn kube_schema_refuses_wrong_types_unknown_fields_and_unknown_kinds() {
          are not allowed ('portz' was unexpected)",
         "no schema for Deploymnet misspelt (apps/v1)",
     ];
-    for version in ["1.25.0", "1.37.0"] {
+    let versions = ["1.21.0", "1.25.0", "1.37.0"];
+    for version in versions {
         for message in expected {
             let found = failures
                 .iter()
@@ -220,7 +226,12 @@ async fn kube_schema_refuses_wrong_types_unknown_fields_and_unknown_kinds() {
             assert_eq!(found, 1, "{version} {message}:\n{}", failures.join("\n"));
         }
     }
-    assert_eq!(failures.len(), 6, "{}", failures.join("\n"));
+    assert_eq!(
+        failures.len(),
+        3 * versions.len(),
+        "{}",
+        failures.join("\n")
+    );
     assert!(
         !failures.iter().any(|f| f.contains(" valid ")),
         "{failures:?}"
@@ -243,4 +254,23 @@ fn the_skip_list_names_kinds_the_chart_and_the_manifests_hold() {
     for (_, _, reason) in SKIPPED {
         assert!(reason.len() > 20, "say why: {reason}");
     }
+}
+
+#[test]
+fn the_chart_kube_version_floor_is_the_oldest_schema_validated() {
+    let chart = std::fs::read_to_string(Path::new(CHART).join("Chart.yaml")).unwrap();
+    let floor = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("kubeVersion: "))
+        .expect("a kubeVersion in Chart.yaml");
+    let floor = floor
+        .trim_matches('"')
+        .strip_prefix(">=")
+        .expect("a >= floor");
+    let floor = floor.trim_end_matches("-0");
+    let oldest = SCHEMAS.iter().flat_map(|s| s.kubernetes).min_by_key(|v| {
+        let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap());
+        (parts.next(), parts.next(), parts.next())
+    });
+    assert_eq!(Some(&floor), oldest, "Chart.yaml's kubeVersion and SCHEMAS");
 }
