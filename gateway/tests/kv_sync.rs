@@ -31,7 +31,7 @@ mod support;
 
 use support::{
     DEADLINE, HttpClient, MOCK_MODEL, embedded_config, http_client, loopback_config, metrics,
-    sample,
+    sample, wait_for_metrics, with_quick_retries,
 };
 
 /// Tokens per block in the `fast` profile (vLLM's default 16).
@@ -76,36 +76,6 @@ async fn call(
         headers: parts.headers,
         body: body.collect().await.unwrap().to_bytes(),
     }
-}
-
-/// Polls the gateway's metrics until `condition` holds on them, up to [`DEADLINE`].
-async fn wait_for_metrics(
-    client: &HttpClient,
-    gateway: &GatewayHandle,
-    what: &str,
-    condition: impl Fn(&str) -> bool,
-) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let text = metrics(client, gateway).await;
-        if condition(&text) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// `config` with health checks and KV-event reconnects quick enough for a test.
-fn with_quick_retries(mut config: GatewayConfig) -> GatewayConfig {
-    config.health.interval_ms = 50;
-    config.kv_sync.socket_timeout_ms = 500;
-    config.kv_sync.initial_backoff_ms = 50;
-    config.kv_sync.max_backoff_ms = 200;
-    config
 }
 
 /// A gateway in front of static `backends`, subscribed to KV events on `events_port` of

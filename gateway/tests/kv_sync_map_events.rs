@@ -25,8 +25,8 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use gateway::GatewayConfig;
 use gateway::config::BackendConfig;
-use gateway::{GatewayConfig, GatewayHandle};
 use http_body_util::{BodyExt, Full};
 use mock_engine::kv_events::wire::seq_frame;
 use mock_engine::kv_events::{END_OF_REPLAY, EventFormat, KvEventsConfig, encode_batch_as};
@@ -39,7 +39,10 @@ use zeromq::{DealerSocket, PubSocket, Socket, SocketRecv, SocketSend, ZmqMessage
 
 mod support;
 
-use support::{DEADLINE, HttpClient, MOCK_MODEL, http_client, loopback_config, metrics, sample};
+use support::{
+    DEADLINE, HttpClient, MOCK_MODEL, http_client, loopback_config, metrics, sample,
+    wait_for_metrics, with_quick_retries,
+};
 
 /// PUB and replay on free loopback ports, events as maps.
 fn map_events() -> KvEventsConfig {
@@ -77,15 +80,11 @@ fn port(endpoint: &str) -> u16 {
 /// A gateway in front of `backends`, subscribed to `events` and `replay` ports on each
 /// backend's host, with reconnects and renewals quick enough for a test.
 fn gateway_config(backends: Vec<BackendConfig>, events: u16, replay: u16) -> GatewayConfig {
-    let mut config = loopback_config();
+    let mut config = with_quick_retries(loopback_config());
     config.backends = backends;
-    config.health.interval_ms = 50;
     config.kv_sync.enabled = true;
     config.kv_sync.port = events;
     config.kv_sync.replay_port = replay;
-    config.kv_sync.socket_timeout_ms = 500;
-    config.kv_sync.initial_backoff_ms = 50;
-    config.kv_sync.max_backoff_ms = 200;
     // A batch published while a subscription is still forming is caught by the next
     // renewal's replay.
     config.kv_sync.idle_resubscribe_ms = 500;
@@ -110,27 +109,6 @@ async fn post(
     let body = body.collect().await.unwrap().to_bytes();
     assert_eq!(parts.status, 200, "{body:?}");
     http::Response::from_parts(parts, body)
-}
-
-/// Polls the gateway's metrics until `condition` holds on them, up to [`DEADLINE`].
-async fn wait_for_metrics(
-    client: &HttpClient,
-    gateway: &GatewayHandle,
-    what: &str,
-    condition: impl Fn(&str) -> bool,
-) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let text = metrics(client, gateway).await;
-        if condition(&text) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Every batch payload the engine's replay socket holds.

@@ -94,6 +94,36 @@ pub async fn wait_released(gateway: &GatewayHandle) {
     .await;
 }
 
+/// Polls the gateway's metrics until `condition` holds on them, up to [`DEADLINE`].
+pub async fn wait_for_metrics(
+    client: &HttpClient,
+    gateway: &GatewayHandle,
+    what: &str,
+    condition: impl Fn(&str) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let text = metrics(client, gateway).await;
+        if condition(&text) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `config` with health checks and KV-event reconnects quick enough for a test.
+pub fn with_quick_retries(mut config: GatewayConfig) -> GatewayConfig {
+    config.health.interval_ms = 50;
+    config.kv_sync.socket_timeout_ms = 500;
+    config.kv_sync.initial_backoff_ms = 50;
+    config.kv_sync.max_backoff_ms = 200;
+    config
+}
+
 /// The gateway's `/metrics` text.
 pub async fn metrics(client: &HttpClient, gateway: &GatewayHandle) -> String {
     let request = http::Request::get(format!("http://{}/metrics", gateway.metrics_addr()))

@@ -143,22 +143,30 @@ mod tests {
     use crate::run::live_request::http_client;
     use crate::workload::Matrix;
 
+    fn fast() -> EngineProfile {
+        EngineProfile::builtin("fast").expect("builtin fast profile")
+    }
+
+    /// `names` on `profiles` at `time_scale`, default admission and routing.
+    fn options(names: &[&str], profiles: Vec<EngineProfile>, time_scale: f64) -> LocalOptions {
+        LocalOptions {
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+            profiles,
+            time_scale,
+            model: "m".into(),
+            admission: AdmissionConfig::default(),
+            routing: RouterConfig::default(),
+        }
+    }
+
     /// A real stack on loopback: mock replicas with the never-busy `fast` profile, time
     /// scale 100 so a phase's arrivals take a fraction of a second. Only invariants are
     /// checked, never timings.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn live_phases_against_a_local_stack_measure_every_request() {
-        let profile = EngineProfile::builtin("fast").expect("builtin fast profile");
-        let stack = LocalStack::start(LocalOptions {
-            names: vec!["L20-A".into(), "L20-B".into()],
-            profiles: vec![profile],
-            time_scale: 100.0,
-            model: "m".into(),
-            admission: AdmissionConfig::default(),
-            routing: RouterConfig::default(),
-        })
-        .await
-        .unwrap();
+        let stack = LocalStack::start(options(&["L20-A", "L20-B"], vec![fast()], 100.0))
+            .await
+            .unwrap();
         let runner = LiveRunner::new(http_client(), stack.target().clone());
         let phases = Matrix::builtin().unwrap().with_count(8).unwrap().phases();
 
@@ -199,19 +207,13 @@ mod tests {
     /// length each replica's `/v1/models` reports.
     #[tokio::test]
     async fn replicas_run_the_profiles_in_turn() {
-        let fast = EngineProfile::builtin("fast").expect("builtin fast profile");
+        let fast = fast();
         let mut short = fast.clone();
         short.max_model_len = fast.max_model_len / 2;
-        let stack = LocalStack::start(LocalOptions {
-            names: vec!["a".into(), "b".into(), "c".into()],
-            profiles: vec![fast.clone(), short.clone()],
-            time_scale: 100.0,
-            model: "m".into(),
-            admission: AdmissionConfig::default(),
-            routing: RouterConfig::default(),
-        })
-        .await
-        .unwrap();
+        let profiles = vec![fast.clone(), short.clone()];
+        let stack = LocalStack::start(options(&["a", "b", "c"], profiles, 100.0))
+            .await
+            .unwrap();
         let client = http_client();
         let mut lengths = Vec::new();
         for replica in &stack.target().replicas {
@@ -229,31 +231,17 @@ mod tests {
 
     #[tokio::test]
     async fn no_profile_is_refused_before_anything_starts() {
-        let err = LocalStack::start(LocalOptions {
-            names: vec!["a".into()],
-            profiles: Vec::new(),
-            time_scale: 1.0,
-            model: "m".into(),
-            admission: AdmissionConfig::default(),
-            routing: RouterConfig::default(),
-        })
-        .await
-        .unwrap_err();
+        let err = LocalStack::start(options(&["a"], Vec::new(), 1.0))
+            .await
+            .unwrap_err();
         assert!(err.contains("no engine profile"), "{err}");
     }
 
     #[tokio::test]
     async fn a_bad_time_scale_is_refused_before_anything_starts() {
-        let err = LocalStack::start(LocalOptions {
-            names: vec!["a".into()],
-            profiles: vec![EngineProfile::builtin("fast").expect("builtin fast profile")],
-            time_scale: 0.0,
-            model: "m".into(),
-            admission: AdmissionConfig::default(),
-            routing: RouterConfig::default(),
-        })
-        .await
-        .unwrap_err();
+        let err = LocalStack::start(options(&["a"], vec![fast()], 0.0))
+            .await
+            .unwrap_err();
         assert!(err.contains("--time-scale"), "{err}");
     }
 }
