@@ -272,6 +272,7 @@ fn assert_options_render_as_given(rendered: &Rendered, gateway: &Gateway) {
         gateway.container["lifecycle"].is_null(),
         "preStopSleepSeconds: 0"
     );
+    assert_eq!(gateway.container["image"], "prefixgate:2");
     let mount = named(
         list(gateway.container, "/volumeMounts"),
         "name",
@@ -308,6 +309,7 @@ fn assert_options_render_as_given(rendered: &Rendered, gateway: &Gateway) {
         container["env"][0]["valueFrom"]["secretKeyRef"]["name"],
         "2026"
     );
+    assert_eq!(container["image"], "vllm/vllm-openai:11");
     assert!(args.ends_with(&["--max-model-len", "8192"]), "{args:?}");
 }
 

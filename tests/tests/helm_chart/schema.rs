@@ -21,8 +21,8 @@ use super::render::{Rendered, ci_cases, render, scratch};
 
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
 
-/// Renders the chart's other tests use beyond the `ci/` cases (their `--set` values), and
-/// one that turns on every optional branch of the templates that no case reaches.
+/// Renders the chart's other tests use beyond the `ci/` cases (their `--set` values); the
+/// optional branches of the templates are reached by `ci/options-values.yaml`.
 const OTHER_RENDERS: &[&[&str]] = &[
     &[
         "--set",

@@ -59,9 +59,12 @@ app.kubernetes.io/component: engine
 {{- end }}
 {{- end }}
 
-{{/* The gateway image, tag defaulting to the chart's appVersion. */}}
+{{/*
+The gateway image, tag defaulting to the chart's appVersion; %v, since a tag written as a
+number (`--set image.tag=2`) is not a string and %s would print `%!s(int64=2)`.
+*/}}
 {{- define "prefixgate.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%v" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
 {{/* Seconds from pod deletion to SIGKILL: preStop sleep + drain grace + margin. */}}
