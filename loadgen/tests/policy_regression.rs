@@ -438,6 +438,9 @@ fn oracle_cold_uniform() {
         let families = phase.shape.families;
         let mut best = (0, 0u32);
         let mut histogram = BTreeMap::new();
+        // Balanced placements (half the families on each replica), best first: the cell of
+        // a uniform phase is decided among them (docs/POLICY.md, "Over the routes' own draws").
+        let mut balanced: Vec<(usize, Vec<usize>)> = Vec::new();
         // Family 0 on replica A: the mirror placements are the same up to names.
         for mask in 0..(1u32 << (families - 1)) {
             let owner_of: Vec<usize> = (0..families)
@@ -445,6 +448,9 @@ fn oracle_cold_uniform() {
                 .collect();
             let good = cold_phase_pinned(&phase, &owner_of);
             *histogram.entry(good).or_insert(0u32) += 1;
+            if 2 * owner_of.iter().sum::<usize>() == families {
+                balanced.push((good, owner_of.clone()));
+            }
             if good > best.0 {
                 best = (good, mask);
             }
@@ -453,6 +459,15 @@ fn oracle_cold_uniform() {
             "{}: best static placement {} good (mask {:#b}); distribution {histogram:?}",
             phase.name, best.0, best.1
         );
+        balanced.sort_by_key(|(good, _)| std::cmp::Reverse(*good));
+        println!(
+            "{}: {} balanced placements, best first:",
+            phase.name,
+            balanced.len()
+        );
+        for (good, owner_of) in &balanced {
+            println!("  {good} good, replica of each family {owner_of:?}");
+        }
     }
 }
 
