@@ -9,7 +9,9 @@
 //!
 //! - [`wire`]: the msgpack payload of one ZMQ message → [`KvEvent`]s (no sockets here), in
 //!   vLLM's positional form, and [`wire_map`] in its newer named-field (map) form;
-//! - [`pod_sync`]: one pod's engine-block → router-block map, applied to the index.
+//! - [`pod_sync`]: one pod's engine-block → router-block map, applied to the index;
+//! - [`rank_holders`]: which data-parallel ranks of a pod hold each router block (a DP pod's
+//!   index entry is the union of its ranks).
 //!
 //! The request side must hash the same bytes the events carry: token ids as 4-byte
 //! big-endian, so the gateway tokenizes with the engine (`/tokenize`) and passes the ids in
@@ -18,10 +20,12 @@
 use std::borrow::Cow;
 
 pub mod pod_sync;
+pub mod rank_holders;
 pub mod wire;
 pub mod wire_map;
 
 pub use pod_sync::{Applied, DEFAULT_MAX_ENGINE_BLOCKS, PodSync, SyncError, SyncSettings};
+pub use rank_holders::MAX_DP_RANKS;
 pub use wire::{EventBatch, KvEvent, WireError, decode_batch};
 
 /// The models a `BlockStored` is indexed under: a LoRA adapter's blocks under the adapter's
@@ -47,5 +51,7 @@ pub fn token_bytes(ids: &[u32]) -> Vec<u8> {
 
 #[cfg(test)]
 mod forms_tests;
+#[cfg(test)]
+mod ranks_tests;
 #[cfg(test)]
 mod tests;

@@ -20,8 +20,16 @@
 //! [`super::index_models`]); a removal drops the router block under every model this pod's
 //! events were indexed under, since router hashes do not say which model stored them.
 //!
-//! The state is per pod and single-owner (the gateway's subscriber task for that pod holds
-//! it); the index it writes to is shared and locks per shard.
+//! **Data-parallel ranks.** A vLLM server with `--data-parallel-size N` runs N engine cores
+//! behind one endpoint, each publishing its own stream ([`PodSync::apply_rank`]). Each rank
+//! has its own engine-block map (its own pool, its own hashes), and the pod's index entry is
+//! the union of its ranks ([`super::rank_holders`]): a rank's `BlockRemoved`,
+//! `AllBlocksCleared` ([`PodSync::clear_rank`], also for a rank that restarted) removes a
+//! router block from the index only when no other rank of the pod still holds it. With one
+//! rank (rank 0, what [`PodSync::apply`] uses) that is exactly the single-engine behaviour.
+//!
+//! The state is per pod and shared by that pod's rank subscribers (the gateway's tasks, one
+//! per rank, behind one lock); the index it writes to is shared and locks per shard.
 
 use std::collections::HashMap;
 
@@ -29,11 +37,12 @@ use xxhash_rust::xxh64::xxh64;
 
 use crate::Millis;
 use crate::index::PrefixIndex;
+use crate::kv_sync::rank_holders::{MAX_DP_RANKS, RankHolders};
 use crate::kv_sync::wire::KvEvent;
 
-/// Engine blocks remembered per pod, by default. vLLM pools hold tens of thousands of
-/// blocks; the bound only stops a pod whose `BlockRemoved` events are lost from growing the
-/// map forever.
+/// Engine blocks remembered per pod (per data-parallel rank), by default. vLLM pools hold
+/// tens of thousands of blocks; the bound only stops a pod whose `BlockRemoved` events are
+/// lost from growing the map forever.
 pub const DEFAULT_MAX_ENGINE_BLOCKS: usize = 1 << 20;
 
 /// How router blocks are made: the router's block size (bytes) and seed.
@@ -65,6 +74,8 @@ pub enum SyncError {
     },
     #[error("the pod already maps {0} engine blocks; the rest of the event is dropped")]
     Full(usize),
+    #[error("data-parallel rank {0} is out of range (a pod has at most {MAX_DP_RANKS} ranks)")]
+    Rank(u32),
 }
 
 impl SyncError {
@@ -75,6 +86,7 @@ impl SyncError {
             SyncError::UnknownParent(_) => "unknown_parent",
             SyncError::TokenCount { .. } => "token_count",
             SyncError::Full(_) => "pod_map_full",
+            SyncError::Rank(_) => "dp_rank_out_of_range",
         }
     }
 }
@@ -101,10 +113,14 @@ struct EngineBlock {
     router: Option<u64>,
 }
 
-/// One pod's engine-block → router-block map, and the models it indexes blocks under.
+/// One pod's engine-block → router-block maps (one per data-parallel rank), which ranks
+/// hold each router block, and the models it indexes blocks under.
 #[derive(Debug, Default)]
 pub struct PodSync {
-    blocks: HashMap<u64, EngineBlock>,
+    /// Engine hash → block, per rank (index = rank; grown when a rank first speaks).
+    ranks: Vec<HashMap<u64, EngineBlock>>,
+    /// Which ranks hold each router block this pod's events added.
+    holders: RankHolders,
     /// Every model this pod's events were indexed under, so a removal finds them all.
     models: Vec<String>,
 }
@@ -114,16 +130,27 @@ impl PodSync {
         PodSync::default()
     }
 
-    /// Engine blocks remembered.
+    /// Engine blocks remembered, over every rank.
     pub fn len(&self) -> usize {
-        self.blocks.len()
+        self.ranks.iter().map(HashMap::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.blocks.is_empty()
+        self.ranks.iter().all(HashMap::is_empty)
     }
 
-    /// Applies one event for `pod`, which serves `models`, at `now`.
+    /// Engine blocks remembered for data-parallel rank `rank`.
+    pub fn rank_len(&self, rank: u32) -> usize {
+        self.ranks.get(rank as usize).map_or(0, HashMap::len)
+    }
+
+    /// Router blocks held by at least one rank of this pod.
+    pub fn held_router_blocks(&self) -> usize {
+        self.holders.len()
+    }
+
+    /// Applies one event of a single-engine pod (data-parallel rank 0) for `pod`, which
+    /// serves `models`, at `now`.
     pub fn apply(
         &mut self,
         event: &KvEvent,
@@ -133,6 +160,27 @@ impl PodSync {
         settings: &SyncSettings,
         now: Millis,
     ) -> Result<Applied, SyncError> {
+        self.apply_rank(0, event, pod, models, index, settings, now)
+    }
+
+    /// Applies one event published by data-parallel rank `rank` of `pod`.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "apply's arguments plus the rank; a struct would only rename them"
+    )]
+    pub fn apply_rank(
+        &mut self,
+        rank: u32,
+        event: &KvEvent,
+        pod: &str,
+        models: &[String],
+        index: &PrefixIndex,
+        settings: &SyncSettings,
+        now: Millis,
+    ) -> Result<Applied, SyncError> {
+        if rank >= MAX_DP_RANKS {
+            return Err(SyncError::Rank(rank));
+        }
         for model in models {
             if !self.models.contains(model) {
                 self.models.push(model.clone());
@@ -145,6 +193,7 @@ impl PodSync {
                 token_ids,
                 block_size,
             } => self.stored(
+                rank,
                 block_hashes,
                 *parent,
                 token_ids,
@@ -157,29 +206,72 @@ impl PodSync {
             ),
             KvEvent::BlockRemoved { block_hashes } => Ok(Applied {
                 added: 0,
-                removed: self.removed(block_hashes, pod, index),
+                removed: self.removed(rank, block_hashes, pod, index),
             }),
             KvEvent::AllBlocksCleared => Ok(Applied {
                 added: 0,
-                removed: self.clear(pod, index),
+                removed: self.clear_rank(rank, pod, index),
             }),
         }
     }
 
-    /// Drops every router block this pod's events added, and the whole map (the engine
-    /// cleared its cache, or the pod left). Returns how many index entries went.
+    /// Drops every router block this pod's events added, on every rank, and the whole map
+    /// (the pod left, or its only engine cleared its cache). Returns how many index entries
+    /// went.
     pub fn clear(&mut self, pod: &str, index: &PrefixIndex) -> usize {
-        let mut removed = 0;
-        let mut routers: Vec<u64> = self.blocks.values().filter_map(|b| b.router).collect();
+        let mut routers: Vec<u64> = self
+            .ranks
+            .iter()
+            .flat_map(HashMap::values)
+            .filter_map(|b| b.router)
+            .chain(self.holders.routers())
+            .collect();
         routers.sort_unstable();
         routers.dedup();
+        let removed = routers
+            .into_iter()
+            .map(|hash| self.index_remove(hash, pod, index))
+            .sum();
+        self.ranks.clear();
+        self.holders.clear();
+        removed
+    }
+
+    /// Drops data-parallel rank `rank`'s map (that engine cleared its cache, or restarted)
+    /// and the router blocks it held that no other rank of the pod holds. Returns how many
+    /// index entries went.
+    pub fn clear_rank(&mut self, rank: u32, pod: &str, index: &PrefixIndex) -> usize {
+        let Some(blocks) = self.ranks.get_mut(rank as usize) else {
+            return 0;
+        };
+        let mut routers: Vec<u64> = blocks.drain().filter_map(|(_, b)| b.router).collect();
+        routers.sort_unstable();
+        routers.dedup();
+        let mut removed = 0;
         for hash in routers {
-            for model in &self.models {
-                removed += usize::from(index.remove(model, hash, pod));
+            if !self.holders.release(hash, rank) {
+                removed += self.index_remove(hash, pod, index);
             }
         }
-        self.blocks.clear();
         removed
+    }
+
+    /// Removes router block `hash` for `pod` under every model its events used.
+    fn index_remove(&self, hash: u64, pod: &str, index: &PrefixIndex) -> usize {
+        self.models
+            .iter()
+            .map(|model| usize::from(index.remove(model, hash, pod)))
+            .sum()
+    }
+
+    /// Rank `rank`'s engine-block map, created when the rank first speaks.
+    fn rank_blocks(&mut self, rank: u32) -> &mut HashMap<u64, EngineBlock> {
+        let at = rank as usize;
+        if self.ranks.len() <= at {
+            self.ranks.resize_with(at + 1, HashMap::new);
+        }
+        // In range: resized just above.
+        &mut self.ranks[at]
     }
 
     #[expect(
@@ -188,6 +280,7 @@ impl PodSync {
     )]
     fn stored(
         &mut self,
+        rank: u32,
         hashes: &[u64],
         parent: Option<u64>,
         token_ids: &[u32],
@@ -214,32 +307,37 @@ impl PodSync {
             });
         }
         let per_router = router_bytes / engine_bytes;
+        let blocks = self.rank_blocks(rank);
         let (mut chain, mut pending) = match parent {
             None => (settings.seed, Vec::with_capacity(router_bytes)),
             Some(p) => {
-                let entry = self.blocks.get(&p).ok_or(SyncError::UnknownParent(p))?;
+                let entry = blocks.get(&p).ok_or(SyncError::UnknownParent(p))?;
                 (entry.chain, entry.pending.to_vec())
             }
         };
         let mut routers = Vec::new();
         let mut previous = parent;
         let mut input = Vec::with_capacity(8 + router_bytes);
+        let mut full = None;
         for (&hash, tokens) in hashes.iter().zip(token_ids.chunks_exact(engine_tokens)) {
-            if let Some(known) = self.blocks.get(&hash) {
+            if let Some(known) = blocks.get(&hash) {
                 // Stored again (recomputed after a partial eviction): same prefix, same
                 // chain; refresh its router block.
                 chain = known.chain;
                 pending = known.pending.to_vec();
-                if known.pending.is_empty() {
-                    // It completes its router block (counted once, not once per member).
-                    routers.extend(known.router);
+                let completes = known.pending.is_empty().then_some(known.router).flatten();
+                if let Some(router) = completes {
+                    // It completes its router block (counted once, not once per member);
+                    // members stored anew before it in this event learn that block.
+                    routers.push(router);
+                    learn_router(blocks, previous, router, per_router);
                 }
                 previous = Some(hash);
                 continue;
             }
-            if self.blocks.len() >= settings.max_engine_blocks {
-                index_add(index, models, &routers, pod, now);
-                return Err(SyncError::Full(self.blocks.len()));
+            if blocks.len() >= settings.max_engine_blocks {
+                full = Some(SyncError::Full(blocks.len()));
+                break;
             }
             pending.extend(tokens.iter().flat_map(|t| t.to_be_bytes()));
             let mut router = None;
@@ -252,7 +350,7 @@ impl PodSync {
                 router = Some(chain);
                 routers.push(chain);
             }
-            self.blocks.insert(
+            blocks.insert(
                 hash,
                 EngineBlock {
                     parent: previous,
@@ -261,40 +359,57 @@ impl PodSync {
                     router,
                 },
             );
-            if router.is_some() {
-                // The engine blocks before this one in the same router block learn it, so
-                // evicting any of them removes it.
-                let mut at = previous;
-                for _ in 1..per_router {
-                    let Some(block) = at.and_then(|h| self.blocks.get_mut(&h)) else {
-                        break;
-                    };
-                    block.router = router;
-                    at = block.parent;
-                }
+            if let Some(router) = router {
+                learn_router(blocks, previous, router, per_router);
             }
             previous = Some(hash);
         }
+        // What completed before a full map stopped the event is kept.
+        for &router in &routers {
+            self.holders.hold(router, rank);
+        }
         index_add(index, models, &routers, pod, now);
-        Ok(Applied {
-            added: routers.len(),
-            removed: 0,
-        })
+        match full {
+            Some(error) => Err(error),
+            None => Ok(Applied {
+                added: routers.len(),
+                removed: 0,
+            }),
+        }
     }
 
-    fn removed(&mut self, hashes: &[u64], pod: &str, index: &PrefixIndex) -> usize {
+    /// Forgets rank `rank`'s evicted engine blocks; a router block one of them belonged to
+    /// leaves the index unless another rank of the pod holds it.
+    fn removed(&mut self, rank: u32, hashes: &[u64], pod: &str, index: &PrefixIndex) -> usize {
+        let mut routers = Vec::new();
+        if let Some(blocks) = self.ranks.get_mut(rank as usize) {
+            routers.extend(hashes.iter().filter_map(|h| blocks.remove(h)?.router));
+        }
         let mut removed = 0;
-        for hash in hashes {
-            let Some(block) = self.blocks.remove(hash) else {
-                continue;
-            };
-            if let Some(router) = block.router {
-                for model in &self.models {
-                    removed += usize::from(index.remove(model, router, pod));
-                }
+        for router in routers {
+            if !self.holders.release(router, rank) {
+                removed += self.index_remove(router, pod, index);
             }
         }
         removed
+    }
+}
+
+/// The `per_router - 1` engine blocks before the one completing `router` (from `previous`
+/// back) learn it, so evicting any member of a router block removes it.
+fn learn_router(
+    blocks: &mut HashMap<u64, EngineBlock>,
+    previous: Option<u64>,
+    router: u64,
+    per_router: usize,
+) {
+    let mut at = previous;
+    for _ in 1..per_router {
+        let Some(block) = at.and_then(|h| blocks.get_mut(&h)) else {
+            break;
+        };
+        block.router = Some(router);
+        at = block.parent;
     }
 }
 

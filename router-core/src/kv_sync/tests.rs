@@ -5,11 +5,11 @@ use super::*;
 use crate::hash::block_hashes;
 use crate::index::PrefixIndex;
 
-const MODEL: &str = "m";
+pub(super) const MODEL: &str = "m";
 /// vLLM's default block of 16 tokens; the router's default 128 bytes = 32 tokens = 2 blocks.
-const ENGINE_TOKENS: usize = 16;
+pub(super) const ENGINE_TOKENS: usize = 16;
 
-fn settings(router_block_bytes: usize) -> SyncSettings {
+pub(super) fn settings(router_block_bytes: usize) -> SyncSettings {
     SyncSettings {
         router_block_bytes,
         seed: 7,
@@ -17,24 +17,24 @@ fn settings(router_block_bytes: usize) -> SyncSettings {
     }
 }
 
-fn models() -> Vec<String> {
+pub(super) fn models() -> Vec<String> {
     vec![MODEL.to_owned()]
 }
 
 /// A prompt of `blocks` engine blocks, token i = 1000 + i.
-fn prompt(blocks: usize) -> Vec<u32> {
+pub(super) fn prompt(blocks: usize) -> Vec<u32> {
     (0..(blocks * ENGINE_TOKENS) as u32)
         .map(|i| 1000 + i)
         .collect()
 }
 
 /// Engine hashes for blocks `range` (opaque ids: anything stable per block works).
-fn engine_hash(block: usize) -> u64 {
+pub(super) fn engine_hash(block: usize) -> u64 {
     0xE000_0000 + block as u64
 }
 
 /// The `BlockStored` for engine blocks `from..to` of `tokens`.
-fn stored(tokens: &[u32], from: usize, to: usize) -> KvEvent {
+pub(super) fn stored(tokens: &[u32], from: usize, to: usize) -> KvEvent {
     KvEvent::BlockStored {
         block_hashes: (from..to).map(engine_hash).collect(),
         parent: (from > 0).then(|| engine_hash(from - 1)),
@@ -43,7 +43,7 @@ fn stored(tokens: &[u32], from: usize, to: usize) -> KvEvent {
     }
 }
 
-fn request_hashes(tokens: &[u32], settings: &SyncSettings) -> Vec<u64> {
+pub(super) fn request_hashes(tokens: &[u32], settings: &SyncSettings) -> Vec<u64> {
     block_hashes(
         &token_bytes(tokens),
         settings.router_block_bytes,
