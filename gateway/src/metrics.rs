@@ -71,6 +71,15 @@ impl Metrics {
     /// The metrics of a gateway with KV-event sync on or off: the `using_kv_sync` label, the
     /// indexer status, and the `aibrix_kvcache_zmq_*` families follow it.
     pub fn with_kv_sync(kv_sync: bool) -> Result<Self, MetricsError> {
+        Metrics::with_kv_sync_ranks(kv_sync, 1)
+    }
+
+    /// [`Metrics::with_kv_sync`] for replicas of `data_parallel_size` vLLM ranks each: above
+    /// one, the per-stream `aibrix_kvcache_zmq_*` gauges are labelled `dp_rank` too.
+    pub fn with_kv_sync_ranks(
+        kv_sync: bool,
+        data_parallel_size: u32,
+    ) -> Result<Self, MetricsError> {
         let registry = Registry::new();
         let decisions = CounterVec::new(
             Opts::new(
@@ -203,7 +212,10 @@ impl Metrics {
             .with_label_values(&["", "sync"])
             .set(if kv_sync { 1.0 } else { 0.0 });
         let kv_sync_metrics = if kv_sync {
-            Some(KvSyncMetrics::register(&registry)?)
+            Some(KvSyncMetrics::register_ranked(
+                &registry,
+                data_parallel_size,
+            )?)
         } else {
             None
         };

@@ -88,7 +88,8 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     let tls = config.tls.acceptor()?;
     let default_strategy = config.default_strategy()?;
     let router = router_core::Router::new(config.routing.clone())?;
-    let metrics = Metrics::with_kv_sync(config.kv_sync.enabled)?;
+    let metrics =
+        Metrics::with_kv_sync_ranks(config.kv_sync.enabled, config.kv_sync.data_parallel_size)?;
     let admission = Admission::new(config.admission.clone()).map_err(StartError::Admission)?;
 
     let (mut replicas, embedded) = embedded::spawn(&config.embedded, config.kv_sync.enabled)

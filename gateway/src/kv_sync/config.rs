@@ -6,6 +6,12 @@
 //! "endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}'`; the gateway dials those
 //! ports on each replica's host (AIBrix's layout). Embedded mock engines carry their own
 //! endpoints instead ([`EventEndpoints`] on the replica).
+//!
+//! A vLLM server with `--data-parallel-size N` runs N engine cores, and rank `r` publishes
+//! on the configured port + `r` and serves replay on the replay port + `r` (vLLM's
+//! `ZmqEventPublisher` offsets both endpoints by the rank). `data_parallel_size` tells the
+//! gateway to follow all N streams; the two port ranges must not overlap (vLLM's defaults,
+//! 5557 and 5558, do as soon as N > 1), which [`KvSyncConfig::validate`] refuses.
 
 use std::time::Duration;
 
@@ -15,6 +21,12 @@ use crate::config::{ConfigFileError, invalid};
 
 /// AIBrix's switch for KV-event sync.
 pub const ENV_ENABLED: &str = "AIBRIX_PREFIX_CACHE_KV_EVENT_SYNC_ENABLED";
+
+/// prefixgate's own variable for `kv_sync.data_parallel_size` (AIBrix has no such setting).
+pub const ENV_DATA_PARALLEL_SIZE: &str = "PREFIXGATE_KV_SYNC_DATA_PARALLEL_SIZE";
+
+/// The most data-parallel ranks followed per replica (router-core's rank bitmask width).
+pub const MAX_DATA_PARALLEL_SIZE: u32 = router_core::kv_sync::MAX_DP_RANKS;
 
 /// KV-event sync settings.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -36,6 +48,9 @@ pub struct KvSyncConfig {
     /// With no event for this long the subscription is renewed (reconnect, then replay from
     /// the next sequence number): a ZeroMQ SUB does not notice a publisher that restarted.
     pub idle_resubscribe_ms: u64,
+    /// vLLM's `--data-parallel-size` on every replica: rank `r` publishes on `port + r` and
+    /// replays on `replay_port + r`, and each rank is subscribed on its own (1..=64).
+    pub data_parallel_size: u32,
 }
 
 impl Default for KvSyncConfig {
@@ -49,6 +64,7 @@ impl Default for KvSyncConfig {
             initial_backoff_ms: 1_000,
             max_backoff_ms: 30_000,
             idle_resubscribe_ms: 10_000,
+            data_parallel_size: 1,
         }
     }
 }
@@ -60,6 +76,35 @@ pub struct EventEndpoints {
     pub events: String,
     /// `tcp://HOST:PORT` of the replay ROUTER socket, if any.
     pub replay: Option<String>,
+}
+
+impl EventEndpoints {
+    /// The endpoints of data-parallel rank `rank` when these are rank 0's: both ports
+    /// offset by the rank, as vLLM's publisher offsets them. `None` when a port cannot be
+    /// read or would pass 65535.
+    pub fn for_rank(&self, rank: u32) -> Option<EventEndpoints> {
+        if rank == 0 {
+            return Some(self.clone());
+        }
+        let replay = match &self.replay {
+            Some(replay) => Some(offset_port(replay, rank)?),
+            None => None,
+        };
+        Some(EventEndpoints {
+            events: offset_port(&self.events, rank)?,
+            replay,
+        })
+    }
+}
+
+/// `tcp://HOST:PORT` with `PORT + rank`.
+fn offset_port(endpoint: &str, rank: u32) -> Option<String> {
+    let (host, port) = endpoint.rsplit_once(':')?;
+    let port = port
+        .parse::<u16>()
+        .ok()?
+        .checked_add(u16::try_from(rank).ok()?)?;
+    Some(format!("{host}:{port}"))
 }
 
 impl KvSyncConfig {
@@ -75,6 +120,15 @@ impl KvSyncConfig {
                 "false" | "0" => false,
                 _ => return Err(invalid(ENV_ENABLED, value, "expected true or false")),
             };
+        }
+        if let Some(value) = lookup(ENV_DATA_PARALLEL_SIZE) {
+            self.data_parallel_size = value.trim().parse().map_err(|_| {
+                invalid(
+                    ENV_DATA_PARALLEL_SIZE,
+                    value.clone(),
+                    "expected a whole number of ranks (1-64)",
+                )
+            })?;
         }
         Ok(())
     }
@@ -108,11 +162,72 @@ impl KvSyncConfig {
                 "must be at least kv_sync.initial_backoff_ms",
             ));
         }
+        self.validate_ranks()?;
         if block_size % 4 != 0 {
             return Err(invalid(
                 "routing.block_size",
                 block_size.to_string(),
                 "with kv_sync on, blocks hash 4-byte token ids: use a multiple of 4 × the engine's block size (128 for vLLM's 16-token blocks with 2 per router block)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `data_parallel_size` in range, and every rank's events and replay ports real and
+    /// apart.
+    fn validate_ranks(&self) -> Result<(), ConfigFileError> {
+        let ranks = self.data_parallel_size;
+        if !(1..=MAX_DATA_PARALLEL_SIZE).contains(&ranks) {
+            return Err(invalid(
+                "kv_sync.data_parallel_size",
+                ranks.to_string(),
+                "must be 1-64 (vLLM's --data-parallel-size of every replica)",
+            ));
+        }
+        let last = |base: u16| u32::from(base) + ranks - 1;
+        for (key, base) in [
+            ("kv_sync.port", self.port),
+            ("kv_sync.replay_port", self.replay_port),
+        ] {
+            if base != 0 && last(base) > u32::from(u16::MAX) {
+                return Err(invalid(
+                    key,
+                    base.to_string(),
+                    &format!(
+                        "with kv_sync.data_parallel_size = {ranks} its ranks would use ports {base}-{}, past 65535",
+                        last(base)
+                    ),
+                ));
+            }
+        }
+        if self.replay_port == 0 {
+            return Ok(());
+        }
+        let (events, replay) = (u32::from(self.port), u32::from(self.replay_port));
+        let from = events.max(replay);
+        let to = last(self.port).min(last(self.replay_port));
+        if from <= to {
+            let collide = if from == to {
+                format!("port {from} is")
+            } else {
+                format!("ports {from}-{to} are")
+            };
+            // The replay range fits below the events range only if it ends before it.
+            let below = i64::from(events) - i64::from(ranks);
+            let or_below = if below >= 1 {
+                format!(" (or at most {below})")
+            } else {
+                String::new()
+            };
+            return Err(invalid(
+                "kv_sync.replay_port",
+                self.replay_port.to_string(),
+                &format!(
+                    "with kv_sync.data_parallel_size = {ranks}, events use ports {events}-{} and replay ports {replay}-{}: {collide} both. Set kv_sync.replay_port to at least {}{or_below} and start vLLM with the same replay_endpoint port",
+                    last(self.port),
+                    last(self.replay_port),
+                    last(self.port) + 1,
+                ),
             ));
         }
         Ok(())
@@ -192,6 +307,114 @@ mod tests {
         }
         .validate(3)
         .unwrap();
+    }
+
+    #[test]
+    fn the_data_parallel_size_comes_from_its_variable_and_bad_values_name_it() {
+        let mut config = KvSyncConfig::default();
+        config
+            .apply_env(|k| (k == ENV_DATA_PARALLEL_SIZE).then(|| " 4 ".to_owned()))
+            .unwrap();
+        assert_eq!(config.data_parallel_size, 4);
+        let error = config
+            .apply_env(|k| (k == ENV_DATA_PARALLEL_SIZE).then(|| "two".to_owned()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(ENV_DATA_PARALLEL_SIZE) && error.contains("two"),
+            "{error}"
+        );
+        assert_eq!(config.data_parallel_size, 4, "a bad value changes nothing");
+    }
+
+    #[test]
+    fn data_parallel_ranks_out_of_range_are_refused() {
+        let on = |ranks| KvSyncConfig {
+            enabled: true,
+            replay_port: 0,
+            data_parallel_size: ranks,
+            ..KvSyncConfig::default()
+        };
+        for ranks in [0, 65] {
+            let error = on(ranks).validate(128).unwrap_err().to_string();
+            assert!(
+                error.contains("kv_sync.data_parallel_size") && error.contains("1-64"),
+                "{error}"
+            );
+        }
+        on(1).validate(128).unwrap();
+        on(64).validate(128).unwrap();
+        let error = KvSyncConfig {
+            port: 65_535,
+            ..on(2)
+        }
+        .validate(128)
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("kv_sync.port") && error.contains("65535-65536"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn overlapping_events_and_replay_ranges_are_refused_naming_the_ports() {
+        let ranks = |data_parallel_size, port, replay_port| KvSyncConfig {
+            enabled: true,
+            port,
+            replay_port,
+            data_parallel_size,
+            ..KvSyncConfig::default()
+        };
+        // vLLM's defaults collide as soon as there are two ranks: rank 1 publishes on 5558.
+        let error = ranks(2, 5557, 5558).validate(128).unwrap_err().to_string();
+        assert!(
+            error.contains("kv_sync.replay_port")
+                && error.contains("events use ports 5557-5558")
+                && error.contains("replay ports 5558-5559")
+                && error.contains("port 5558 is both")
+                && error.contains("at least 5559"),
+            "{error}"
+        );
+        let error = ranks(8, 5557, 5550).validate(128).unwrap_err().to_string();
+        assert!(
+            error.contains("port 5557 is both") && error.contains("at most 5549"),
+            "{error}"
+        );
+        let error = ranks(4, 5557, 5556).validate(128).unwrap_err().to_string();
+        assert!(error.contains("ports 5557-5559 are both"), "{error}");
+        ranks(2, 5557, 5559).validate(128).unwrap();
+        ranks(7, 5557, 5550).validate(128).unwrap();
+        ranks(4, 5557, 0).validate(128).unwrap();
+        // One rank is today's layout: the defaults stand.
+        ranks(1, 5557, 5558).validate(128).unwrap();
+    }
+
+    #[test]
+    fn a_ranks_endpoints_are_rank_zeros_ports_plus_the_rank() {
+        let zero = KvSyncConfig::default().endpoints_for("10.0.0.7:8000");
+        assert_eq!(zero.for_rank(0), Some(zero.clone()));
+        assert_eq!(
+            zero.for_rank(3),
+            Some(EventEndpoints {
+                events: "tcp://10.0.0.7:5560".to_owned(),
+                replay: Some("tcp://10.0.0.7:5561".to_owned()),
+            })
+        );
+        let no_replay = EventEndpoints {
+            events: "tcp://[::1]:65534".to_owned(),
+            replay: None,
+        };
+        assert_eq!(
+            no_replay.for_rank(1).map(|e| e.events),
+            Some("tcp://[::1]:65535".to_owned())
+        );
+        assert_eq!(no_replay.for_rank(2), None, "past 65535");
+        let portless = EventEndpoints {
+            events: "ipc:///tmp/kv".to_owned(),
+            replay: None,
+        };
+        assert_eq!(portless.for_rank(1), None);
     }
 
     #[test]

@@ -4,12 +4,15 @@
 //! sync").
 //!
 //! - [`config`]: the `[kv_sync]` table, the AIBrix variable, a replica's endpoints;
-//! - [`subscriber`]: one replica's SUB + replay subscription, applying batches;
+//! - [`subscriber`]: one stream's SUB + replay subscription, applying batches;
 //! - [`engine_tokens`]: the request side's `/tokenize` call;
 //! - [`metrics`]: AIBrix's `aibrix_kvcache_zmq_*` counters;
-//! - this module: [`spawn`], the supervisor that keeps one subscriber per replica in the
-//!   current set, restarts one that ended, and when a replica leaves stops its subscriber
-//!   and drops what its events put in the index.
+//! - this module: [`spawn`], the supervisor that keeps one subscriber per data-parallel rank
+//!   of every replica in the current set (`kv_sync.data_parallel_size`, 1 by default; rank
+//!   `r` on the events and replay ports + `r`), all of a replica's ranks writing into one
+//!   [`PodSync`] so its index entry is the union of its ranks; it restarts a subscriber that
+//!   ended, and when a replica leaves stops its subscribers and drops what their events put
+//!   in the index.
 //!
 //! The decoding and the engine-block → router-block mapping are router-core's
 //! (`router_core::kv_sync`); this module only moves bytes and runs tasks.
@@ -35,11 +38,20 @@ use crate::replicas::Replica;
 /// How often the supervisor compares its subscribers with the replica set.
 pub const SUPERVISE_INTERVAL: Duration = Duration::from_millis(250);
 
-/// A running subscriber and what it writes to.
+/// A replica's running subscribers (one per rank) and what they write to.
 struct Running {
     replica: Arc<Replica>,
     sync: Arc<Mutex<PodSync>>,
-    task: JoinHandle<()>,
+    /// Per rank; `None` for a rank whose endpoints cannot be formed (logged once).
+    tasks: Vec<Option<JoinHandle<()>>>,
+}
+
+impl Running {
+    fn abort(&self) {
+        for task in self.tasks.iter().flatten() {
+            task.abort();
+        }
+    }
 }
 
 /// Starts the supervisor; it runs until aborted, and its subscribers stop with it.
@@ -61,7 +73,7 @@ struct Subscribers(HashMap<String, Running>);
 impl Drop for Subscribers {
     fn drop(&mut self) {
         for running in self.0.values() {
-            running.task.abort();
+            running.abort();
         }
     }
 }
@@ -80,46 +92,57 @@ fn supervise(
             .iter()
             .any(|r| r.name() == name && Arc::ptr_eq(r, &sub.replica) && r.publishes_kv_events());
         if !present {
-            sub.task.abort();
+            sub.abort();
             let mut sync = sub.sync.lock().unwrap_or_else(PoisonError::into_inner);
             let removed = sync.clear(name, state.router.index());
-            metrics.connection_status.with_label_values(&[name]).set(0);
+            for rank in 0..config.data_parallel_size {
+                metrics.set_connection_status(name, rank, false);
+            }
             tracing::info!(pod = %name, removed, "KV events: replica left; its blocks dropped");
         }
         present
     });
     for replica in snapshot.iter().filter(|r| r.publishes_kv_events()) {
-        if let Some(sub) = running.get(replica.name())
-            && !sub.task.is_finished()
-        {
-            continue;
-        }
-        // New, or its task ended (a panic in the socket library): start over with the same
-        // sync state, so nothing it indexed is lost or left behind.
-        let sync = running
-            .remove(replica.name())
-            .map(|sub| sub.sync)
-            .unwrap_or_default();
-        let endpoints = replica
+        // A replica's rank-0 endpoints: its own (embedded engines), else the table's ports
+        // on its host; rank r adds r to both ports.
+        let base = replica
             .kv_events()
             .cloned()
             .unwrap_or_else(|| config.endpoints_for(replica.authority()));
-        let task = tokio::spawn(subscriber::run(subscriber::Subscription {
-            state: Arc::clone(state),
-            replica: Arc::clone(replica),
-            endpoints,
-            sync: Arc::clone(&sync),
-            metrics: metrics.clone(),
-            config: config.clone(),
-        }));
-        running.insert(
-            replica.name().to_owned(),
-            Running {
+        let sub = running
+            .entry(replica.name().to_owned())
+            .or_insert_with(|| Running {
                 replica: Arc::clone(replica),
-                sync,
-                task,
-            },
-        );
+                sync: Arc::default(),
+                tasks: Vec::new(),
+            });
+        let first = sub.tasks.is_empty();
+        sub.tasks
+            .resize_with(config.data_parallel_size as usize, || None);
+        for (rank, task) in (0..config.data_parallel_size).zip(sub.tasks.iter_mut()) {
+            // Started, and still running (or never startable, and already said so).
+            let ended = task.as_ref().is_some_and(JoinHandle::is_finished);
+            if !first && !ended {
+                continue;
+            }
+            // New, or its task ended (a panic in the socket library): start over with the
+            // same sync state, so nothing it indexed is lost or left behind.
+            let Some(endpoints) = base.for_rank(rank) else {
+                tracing::warn!(pod = %replica.name(), rank, events = %base.events,
+                    "KV events: no port for this data-parallel rank; it is not followed");
+                *task = None;
+                continue;
+            };
+            *task = Some(tokio::spawn(subscriber::run(subscriber::Subscription {
+                state: Arc::clone(state),
+                replica: Arc::clone(replica),
+                rank,
+                endpoints,
+                sync: Arc::clone(&sub.sync),
+                metrics: metrics.clone(),
+                config: config.clone(),
+            })));
+        }
     }
 }
 
@@ -173,7 +196,7 @@ mod tests {
             1,
             "one 128-byte block, both pods"
         );
-        let a_task = running["a"].task.abort_handle();
+        let a_task = running["a"].tasks[0].as_ref().unwrap().abort_handle();
         state.replicas.replace(vec![b.clone()]);
         supervise(&state, &config, &metrics, &mut running);
         assert!(!running.contains_key("a"));
@@ -193,6 +216,47 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(a_task.is_finished());
+        drop(Subscribers(running));
+    }
+
+    #[tokio::test]
+    async fn every_rank_of_a_replica_gets_a_subscriber_restarted_on_its_own() {
+        let a = Arc::new(Replica::new("a", "127.0.0.1:1", vec!["m".into()]));
+        let state = Arc::new(AppState::for_tests(vec![a]));
+        let registry = prometheus::Registry::new();
+        let metrics = KvSyncMetrics::register_ranked(&registry, 3).unwrap();
+        let config = KvSyncConfig {
+            enabled: true,
+            data_parallel_size: 3,
+            replay_port: 6000,
+            ..KvSyncConfig::default()
+        };
+        let mut running = HashMap::new();
+        supervise(&state, &config, &metrics, &mut running);
+        let handles = |running: &HashMap<String, Running>| -> Vec<tokio::task::AbortHandle> {
+            running["a"]
+                .tasks
+                .iter()
+                .map(|t| t.as_ref().unwrap().abort_handle())
+                .collect()
+        };
+        let first = handles(&running);
+        assert_eq!(first.len(), 3, "one subscriber per rank");
+        // Rank 1's task ends; the next round restarts it alone.
+        first[1].abort();
+        for _ in 0..1_000 {
+            if first[1].is_finished() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(first[1].is_finished());
+        supervise(&state, &config, &metrics, &mut running);
+        let second = handles(&running);
+        assert_eq!(second[0].id(), first[0].id(), "rank 0 kept running");
+        assert_eq!(second[2].id(), first[2].id(), "rank 2 kept running");
+        assert_ne!(second[1].id(), first[1].id(), "rank 1 restarted");
+        assert!(!second[1].is_finished());
         drop(Subscribers(running));
     }
 }

@@ -1,6 +1,8 @@
-//! One replica's KV-event subscription: a ZeroMQ SUB on its PUB socket (every topic), a
+//! One KV-event stream's subscription: a ZeroMQ SUB on its PUB socket (every topic), a
 //! DEALER for replay, and the batches applied to the router's index through the replica's
-//! [`PodSync`].
+//! [`PodSync`]. A replica runs one stream per vLLM data-parallel rank (one for a plain
+//! engine); each rank is a subscription of its own, with its own sequence numbers, replay
+//! and restart detection, writing into the replica's shared [`PodSync`] as that rank.
 //!
 //! Wire (vLLM `ZmqEventPublisher`): a live message is `[topic, seq (8 bytes BE), payload]`;
 //! a replay request is `["", start_seq (8 bytes BE)]` on the DEALER, answered with
@@ -15,9 +17,9 @@
 //!    skipped; a gap asks for a replay of the missing range and counts what it could not
 //!    fill as missed; a live seq at or below the previous live one, or at or below where
 //!    the session started, means the engine restarted (its counter and its cache start
-//!    over): the pod's engine-fed blocks are dropped and the new engine is replayed from 0
-//!    (a restart whose new counter has already passed the old one goes unnoticed until
-//!    its evictions do);
+//!    over): the blocks this rank fed (and no other rank of the pod holds) are dropped and
+//!    the new engine is replayed from 0 (a restart whose new counter has already passed the
+//!    old one goes unnoticed until its evictions do);
 //! 4. with no batch for `idle_resubscribe_ms`, the session ends and starts again at once,
 //!    because a ZeroMQ SUB never notices that its publisher went away.
 //!
@@ -49,6 +51,9 @@ const MAX_REPLAY_MESSAGES: usize = 1_000_000;
 pub struct Subscription {
     pub state: Arc<AppState>,
     pub replica: Arc<Replica>,
+    /// The data-parallel rank this stream is (0 for a single-engine replica).
+    pub rank: u32,
+    /// This rank's endpoints.
     pub endpoints: EventEndpoints,
     pub sync: Arc<Mutex<PodSync>>,
     pub metrics: KvSyncMetrics,
@@ -88,9 +93,7 @@ pub async fn run(subscription: Subscription) {
         let end = applier.session().await;
         applier
             .metrics()
-            .connection_status
-            .with_label_values(&[&pod])
-            .set(0);
+            .set_connection_status(&pod, subscription.rank, false);
         applier.renewal = matches!(end, SessionEnd::Idle);
         match end {
             SessionEnd::Idle => backoff = initial,
@@ -143,14 +146,12 @@ impl Applier<'_> {
         }
         let pod = self.pod().to_owned();
         self.metrics().connections.with_label_values(&[&pod]).inc();
-        self.metrics()
-            .connection_status
-            .with_label_values(&[&pod])
-            .set(1);
+        let rank = self.subscription.rank;
+        self.metrics().set_connection_status(&pod, rank, true);
         if self.renewal {
-            tracing::debug!(%pod, %endpoint, "KV events: subscription renewed after idling");
+            tracing::debug!(%pod, rank, %endpoint, "KV events: subscription renewed after idling");
         } else {
-            tracing::info!(%pod, %endpoint, "KV events: subscribed");
+            tracing::info!(%pod, rank, %endpoint, "KV events: subscribed");
         }
         // Within one session a publisher numbers its batches upwards, and a session
         // starts above every batch seen before it: a live seq at or below either bound
@@ -302,11 +303,9 @@ impl Applier<'_> {
     /// Decodes and applies one batch, and records it as the last.
     fn apply(&mut self, seq: u64, payload: &[u8]) {
         let pod = self.pod().to_owned();
+        let rank = self.subscription.rank;
         self.last = Some(seq);
-        self.metrics()
-            .last_sequence_id
-            .with_label_values(&[&pod])
-            .set(i64::try_from(seq).unwrap_or(i64::MAX));
+        self.metrics().set_last_sequence_id(&pod, rank, seq);
         let started = Instant::now();
         let batch = match decode_batch(payload) {
             Ok(batch) => batch,
@@ -316,6 +315,17 @@ impl Applier<'_> {
                 return;
             }
         };
+        if let Some(stated) = batch.data_parallel_rank
+            && stated != i64::from(rank)
+        {
+            // The port says which rank this is (vLLM offsets it by the rank); a batch that
+            // says otherwise is applied as the port's rank, and the mismatch is reported.
+            self.metrics().error(&pod, "dp_rank_mismatch");
+            self.log_once(
+                "dp_rank_mismatch",
+                &format!("a batch says data_parallel_rank {stated} on rank {rank}'s port"),
+            );
+        }
         if batch.skipped > 0 {
             let skipped = batch.skipped as u64;
             self.metrics()
@@ -330,6 +340,7 @@ impl Applier<'_> {
         let models = self.subscription.replica.models();
         let state = &self.subscription.state;
         let now = state.clock.now_ms();
+        let settings = state.router.kv_sync_settings();
         let mut failures = Vec::new();
         {
             let mut sync = self
@@ -346,10 +357,15 @@ impl Applier<'_> {
                     .events_received
                     .with_label_values(&[&pod, kind])
                     .inc();
-                match state
-                    .router
-                    .apply_kv_event(&mut sync, event, &pod, &models, now)
-                {
+                match sync.apply_rank(
+                    rank,
+                    event,
+                    &pod,
+                    &models,
+                    state.router.index(),
+                    &settings,
+                    now,
+                ) {
                     Ok(_) => self
                         .subscription
                         .metrics
@@ -370,7 +386,8 @@ impl Applier<'_> {
             .observe(started.elapsed().as_secs_f64());
     }
 
-    /// Drops what this pod's events put in the index (its engine restarted).
+    /// Drops what this rank's events put in the index and no other rank of the pod holds
+    /// (this rank's engine restarted).
     fn forget_engine(&mut self) {
         let pod = self.pod().to_owned();
         let mut sync = self
@@ -378,13 +395,18 @@ impl Applier<'_> {
             .sync
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        sync.clear(&pod, self.subscription.state.router.index());
+        sync.clear_rank(
+            self.subscription.rank,
+            &pod,
+            self.subscription.state.router.index(),
+        );
         self.last = None;
     }
 
     fn log_once(&mut self, kind: &'static str, detail: &str) {
         if self.logged.insert(kind) {
-            tracing::warn!(pod = %self.pod(), kind, detail, "KV events (logged once per kind)");
+            let rank = self.subscription.rank;
+            tracing::warn!(pod = %self.pod(), rank, kind, detail, "KV events (logged once per kind)");
         }
     }
 }
