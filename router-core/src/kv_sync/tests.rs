@@ -287,3 +287,35 @@ proptest::proptest! {
         proptest::prop_assert_eq!(index.match_names(MODEL, &hashes, &["b"]), vec![expected]);
     }
 }
+
+#[test]
+fn a_block_stored_again_after_an_eviction_is_a_member_of_its_router_block_again() {
+    let settings = settings(128);
+    let index = PrefixIndex::new(1_000, 60_000);
+    let mut sync = PodSync::new();
+    let tokens = prompt(4);
+    let hashes = request_hashes(&tokens, &settings);
+    let evict_2 = KvEvent::BlockRemoved {
+        block_hashes: vec![engine_hash(2)],
+    };
+    sync.apply(&stored(&tokens, 0, 4), "b", &models(), &index, &settings, 0)
+        .unwrap();
+    sync.apply(&evict_2, "b", &models(), &index, &settings, 0)
+        .unwrap();
+    assert_eq!(index.match_names(MODEL, &hashes, &["b"]), [50]);
+    // Block 2 is recomputed; block 3 was never evicted, so it completes router block 1 from
+    // its stored chain, and block 2 must learn that router block again.
+    let again = sync
+        .apply(&stored(&tokens, 0, 4), "b", &models(), &index, &settings, 0)
+        .unwrap();
+    assert_eq!(again.added, 2);
+    assert_eq!(index.match_names(MODEL, &hashes, &["b"]), [100]);
+    let evicted = sync
+        .apply(&evict_2, "b", &models(), &index, &settings, 0)
+        .unwrap();
+    assert_eq!(
+        evicted.removed, 1,
+        "evicting block 2 again drops router block 1"
+    );
+    assert_eq!(index.match_names(MODEL, &hashes, &["b"]), [50]);
+}
