@@ -297,18 +297,15 @@ async fn a_data_parallel_pods_index_is_the_union_of_its_ranks() {
     let ids_kept = engine_ids(&client, &a, &both_kept).await;
     let ids_0 = engine_ids(&client, &a, &only_rank_0).await;
     let ids_gone = engine_ids(&client, &a, &both_gone).await;
-    // Before any subscriber exists: only rank 1's replay can deliver this.
+    // Before any subscriber exists: only each rank's replay can deliver these. Rank 0's
+    // empty batch gives its subscribers a last seq, so any later batch a forming
+    // subscription misses is a gap that replay fills.
     let first = ranks[1].publish(&[stored(&ids_1, 1_000)]).await;
+    let empty = ranks[0].publish(&[]).await;
 
     let config = gateway_config(vec![backend(&a), backend(&b)], events, replay);
     let gateway = gateway::start(config).await.unwrap();
-    // Rank 0 has published nothing yet: wait for rank 1 only.
-    wait_for_metrics(&client, &gateway, "rank 1's replayed batch applied", |m| {
-        ["a", "b"]
-            .iter()
-            .all(|pod| sample(m, &last_seq_key(pod, 1)) == first as f64)
-    })
-    .await;
+    wait_applied(&client, &gateway, [empty, first]).await;
     assert_eq!(routed_match(&client, &gateway, &only_rank_1).await, "100");
 
     // Both ranks store two prompts, rank 0 one of its own; then rank 0 clears its cache.
