@@ -27,6 +27,10 @@ AIBrix environment variables (the [routing] table):
   AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR
   AIBRIX_PREFIX_CACHE_KV_EVENT_SYNC_ENABLED   true | false (the [kv_sync] table, --kv-sync)
 
+KV-event sync (the [kv_sync] table):
+  PREFIXGATE_KV_SYNC_DATA_PARALLEL_SIZE       engine ranks per replica (vLLM's
+                                              --data-parallel-size; events on port + rank)
+
 prefix-load weights (the [routing.prefix_load] table):
   PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT
   PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT
