@@ -21,13 +21,14 @@ use bytes::Bytes;
 use gateway::config::BackendConfig;
 use gateway::{GatewayConfig, GatewayHandle};
 use http_body_util::{BodyExt, Full};
-use mock_engine::kv_events::wire::{encode_batch, seq_frame};
-use mock_engine::model::EngineProfile;
+use mock_engine::kv_events::wire::encode_batch;
 use mock_engine::model::kv_events::KvEvent;
-use mock_engine::server::{FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica};
-use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
+use mock_engine::server::{ReplicaHandle, spawn_replica};
+use zeromq::{PubSocket, Socket};
 
 mod support;
+
+use support::kv_events::{backend, fast_replica, last_seq, port, send_batch};
 
 use support::{
     DEADLINE, HttpClient, MOCK_MODEL, embedded_config, http_client, loopback_config, metrics,
@@ -275,29 +276,11 @@ async fn without_sync_the_same_prompts_find_no_match() {
 /// Two static mock engines without events of their own, for the tests that publish events
 /// by hand or publish none.
 async fn static_engines() -> (ReplicaHandle, ReplicaHandle, Vec<BackendConfig>) {
-    let profile = EngineProfile::load("fast").unwrap();
     let mut handles = Vec::new();
     for name in ["a", "b"] {
-        let handle = spawn_replica(ReplicaConfig {
-            name: name.to_owned(),
-            listen: "127.0.0.1:0".parse().unwrap(),
-            model: MOCK_MODEL.to_owned(),
-            profile: profile.clone(),
-            time_scale: 10.0,
-            failures: FailurePlan::default(),
-        })
-        .await
-        .unwrap();
-        handles.push(handle);
+        handles.push(spawn_replica(fast_replica(name)).await.unwrap());
     }
-    let backends = handles
-        .iter()
-        .map(|h| BackendConfig {
-            name: h.name().to_owned(),
-            url: h.url(),
-            model: Some(MOCK_MODEL.to_owned()),
-        })
-        .collect();
+    let backends = handles.iter().map(backend).collect();
     let b = handles.pop().unwrap();
     let a = handles.pop().unwrap();
     (a, b, backends)
@@ -330,17 +313,7 @@ fn stored(ids: &[u32], base: u64) -> KvEvent {
 }
 
 async fn publish(socket: &mut PubSocket, seq: u64, events: &[KvEvent]) {
-    let mut message = ZmqMessage::from(Bytes::from_static(b"kv@test@mock-model"));
-    message.push_back(Bytes::copy_from_slice(&seq_frame(seq)));
-    message.push_back(Bytes::from(encode_batch(0.0, events, 0)));
-    socket.send(message).await.unwrap();
-}
-
-fn last_seq(text: &str, pod: &str) -> Option<f64> {
-    let key = format!("aibrix_kvcache_zmq_last_sequence_id{{pod_key=\"{pod}\"}}");
-    text.lines()
-        .find_map(|l| l.strip_prefix(key.as_str()))
-        .and_then(|v| v.trim().parse().ok())
+    send_batch(socket, seq, Bytes::from(encode_batch(0.0, events, 0))).await;
 }
 
 #[tokio::test]
@@ -348,15 +321,8 @@ async fn a_restarted_publisher_drops_the_old_blocks_and_routing_goes_on() {
     let client = http_client();
     let mut publisher = PubSocket::new();
     let endpoint = publisher.bind("tcp://127.0.0.1:0").await.unwrap();
-    let port: u16 = endpoint
-        .to_string()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
     let (a, b, backends) = static_engines().await;
-    let config = static_engines_config(backends, port);
+    let config = static_engines_config(backends, port(&endpoint.to_string()));
     let gateway = gateway::start(config).await.unwrap();
 
     // Empty batches until both subscriptions are live (a PUB drops what it sends before a

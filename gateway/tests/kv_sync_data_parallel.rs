@@ -32,13 +32,14 @@ use gateway::config::BackendConfig;
 use http_body_util::{BodyExt, Full};
 use mock_engine::kv_events::wire::seq_frame;
 use mock_engine::kv_events::{END_OF_REPLAY, EventFormat, encode_batch_as};
-use mock_engine::model::EngineProfile;
 use mock_engine::model::kv_events::KvEvent;
-use mock_engine::server::{FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica};
+use mock_engine::server::{ReplicaHandle, spawn_replica};
 use tokio::task::JoinHandle;
 use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 mod support;
+
+use support::kv_events::{backend, fast_replica, port, send_batch};
 
 use support::{
     DEADLINE, HttpClient, MOCK_MODEL, http_client, loopback_config, metrics, sample,
@@ -78,17 +79,9 @@ impl Rank {
             self.rank,
         ));
         self.buffer.lock().unwrap().push((seq, payload.clone()));
-        let mut message = ZmqMessage::from(Bytes::from_static(b"kv@test@mock-model"));
-        message.push_back(Bytes::copy_from_slice(&seq_frame(seq)));
-        message.push_back(payload);
-        self.publisher.send(message).await.unwrap();
+        send_batch(&mut self.publisher, seq, payload).await;
         seq
     }
-}
-
-/// The port of a `tcp://IP:PORT` endpoint.
-fn port(endpoint: &str) -> u16 {
-    endpoint.rsplit(':').next().unwrap().parse().unwrap()
 }
 
 /// Two sockets bound on consecutive loopback ports: the first on port 0, the second on the
@@ -165,25 +158,6 @@ async fn two_ranks() -> (Vec<Rank>, u16, u16) {
         })
         .collect();
     (ranks, events, replay)
-}
-
-fn replica(name: &str) -> ReplicaConfig {
-    ReplicaConfig {
-        name: name.to_owned(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        model: MOCK_MODEL.to_owned(),
-        profile: EngineProfile::load("fast").unwrap(),
-        time_scale: 10.0,
-        failures: FailurePlan::default(),
-    }
-}
-
-fn backend(handle: &ReplicaHandle) -> BackendConfig {
-    BackendConfig {
-        name: handle.name().to_owned(),
-        url: handle.url(),
-        model: Some(MOCK_MODEL.to_owned()),
-    }
 }
 
 /// A gateway following two data-parallel ranks per backend from the base ports.
@@ -288,8 +262,8 @@ async fn routed_match(client: &HttpClient, gateway: &gateway::GatewayHandle, tex
 #[tokio::test]
 async fn a_data_parallel_pods_index_is_the_union_of_its_ranks() {
     let client = http_client();
-    let a = spawn_replica(replica("a")).await.unwrap();
-    let b = spawn_replica(replica("b")).await.unwrap();
+    let a = spawn_replica(fast_replica("a")).await.unwrap();
+    let b = spawn_replica(fast_replica("b")).await.unwrap();
     let (mut ranks, events, replay) = two_ranks().await;
     let [only_rank_1, both_kept, only_rank_0, both_gone] =
         ["onlyone", "bothkept", "onlyzero", "bothgone"].map(prompt);

@@ -28,16 +28,14 @@ use bytes::Bytes;
 use gateway::GatewayConfig;
 use gateway::config::BackendConfig;
 use http_body_util::{BodyExt, Full};
-use mock_engine::kv_events::wire::seq_frame;
 use mock_engine::kv_events::{END_OF_REPLAY, EventFormat, KvEventsConfig, encode_batch_as};
-use mock_engine::model::EngineProfile;
 use mock_engine::model::kv_events::KvEvent;
-use mock_engine::server::{
-    FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica, spawn_replica_with_events,
-};
+use mock_engine::server::{ReplicaHandle, spawn_replica, spawn_replica_with_events};
 use zeromq::{DealerSocket, PubSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 mod support;
+
+use support::kv_events::{backend, fast_replica, last_seq, port, send_batch};
 
 use support::{
     DEADLINE, HttpClient, MOCK_MODEL, http_client, loopback_config, metrics, sample,
@@ -51,30 +49,6 @@ fn map_events() -> KvEventsConfig {
     )
     .unwrap()
     .with_format(EventFormat::Map)
-}
-
-fn replica(name: &str) -> ReplicaConfig {
-    ReplicaConfig {
-        name: name.to_owned(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        model: MOCK_MODEL.to_owned(),
-        profile: EngineProfile::load("fast").unwrap(),
-        time_scale: 10.0,
-        failures: FailurePlan::default(),
-    }
-}
-
-fn backend(handle: &ReplicaHandle) -> BackendConfig {
-    BackendConfig {
-        name: handle.name().to_owned(),
-        url: handle.url(),
-        model: Some(MOCK_MODEL.to_owned()),
-    }
-}
-
-/// The port of a `tcp://IP:PORT` endpoint.
-fn port(endpoint: &str) -> u16 {
-    endpoint.rsplit(':').next().unwrap().parse().unwrap()
 }
 
 /// A gateway in front of `backends`, subscribed to `events` and `replay` ports on each
@@ -151,10 +125,10 @@ fn first_event_is_map(payload: &[u8]) -> Option<bool> {
 #[tokio::test]
 async fn map_form_events_from_an_engine_feed_the_gateways_index() {
     let client = http_client();
-    let a = spawn_replica_with_events(replica("a"), map_events())
+    let a = spawn_replica_with_events(fast_replica("a"), map_events())
         .await
         .unwrap();
-    let b = spawn_replica(replica("b")).await.unwrap();
+    let b = spawn_replica(fast_replica("b")).await.unwrap();
     let events = a.kv_events_endpoint().unwrap().to_owned();
     let replay = a.kv_events_replay_endpoint().unwrap().to_owned();
     let config = gateway_config(vec![backend(&a), backend(&b)], port(&events), port(&replay));
@@ -266,17 +240,7 @@ fn stored_batch(ids: &[u32], base: u64, lora_name: Option<&str>) -> Vec<u8> {
 }
 
 async fn publish(socket: &mut PubSocket, seq: u64, payload: Vec<u8>) {
-    let mut message = ZmqMessage::from(Bytes::from_static(b"kv@test@mock-model"));
-    message.push_back(Bytes::copy_from_slice(&seq_frame(seq)));
-    message.push_back(Bytes::from(payload));
-    socket.send(message).await.unwrap();
-}
-
-fn last_seq(text: &str, pod: &str) -> Option<f64> {
-    let key = format!("aibrix_kvcache_zmq_last_sequence_id{{pod_key=\"{pod}\"}}");
-    text.lines()
-        .find_map(|l| l.strip_prefix(key.as_str()))
-        .and_then(|v| v.trim().parse().ok())
+    send_batch(socket, seq, Bytes::from(payload)).await;
 }
 
 #[tokio::test]
@@ -284,8 +248,8 @@ async fn an_adapters_blocks_do_not_match_requests_for_the_base_model() {
     let client = http_client();
     let mut publisher = PubSocket::new();
     let endpoint = publisher.bind("tcp://127.0.0.1:0").await.unwrap();
-    let a = spawn_replica(replica("a")).await.unwrap();
-    let b = spawn_replica(replica("b")).await.unwrap();
+    let a = spawn_replica(fast_replica("a")).await.unwrap();
+    let b = spawn_replica(fast_replica("b")).await.unwrap();
     let config = gateway_config(
         vec![backend(&a), backend(&b)],
         port(&endpoint.to_string()),

@@ -17,6 +17,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+pub mod kv_events;
+
 /// The model the embedded mock engines serve.
 pub const MOCK_MODEL: &str = "mock-model";
 
