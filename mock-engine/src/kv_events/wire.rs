@@ -247,10 +247,9 @@ mod tests {
         assert!(bytes.windows(9).any(|w| w == needle.as_slice()));
     }
 
-    #[test]
-    fn the_gateways_decoder_reads_what_the_mock_publishes() {
-        use router_core::kv_sync::{KvEvent as Read, decode_batch};
-        let events = vec![
+    /// One event of each kind, a chained store among them.
+    fn every_kind() -> Vec<KvEvent> {
+        vec![
             stored(),
             KvEvent::BlockStored {
                 block_hashes: vec![9],
@@ -262,7 +261,13 @@ mod tests {
                 block_hashes: vec![u64::MAX],
             },
             KvEvent::AllBlocksCleared,
-        ];
+        ]
+    }
+
+    #[test]
+    fn the_gateways_decoder_reads_what_the_mock_publishes() {
+        use router_core::kv_sync::{KvEvent as Read, decode_batch};
+        let events = every_kind();
         let read = decode_batch(&encode_batch(12.25, &events, 3)).unwrap();
         assert_eq!(read.ts, 12.25);
         assert_eq!(read.data_parallel_rank, Some(3));
@@ -396,19 +401,7 @@ mod tests {
     #[test]
     fn the_gateways_decoder_reads_both_forms_alike() {
         use router_core::kv_sync::decode_batch;
-        let events = vec![
-            stored(),
-            KvEvent::BlockStored {
-                block_hashes: vec![9],
-                parent_block_hash: Some(7),
-                token_ids: vec![4, 5],
-                block_size: 2,
-            },
-            KvEvent::BlockRemoved {
-                block_hashes: vec![u64::MAX],
-            },
-            KvEvent::AllBlocksCleared,
-        ];
+        let events = every_kind();
         let positional = encode_batch_as(EventFormat::Positional, 3.0, &events, 0);
         let map = encode_batch_as(EventFormat::Map, 3.0, &events, 0);
         assert_ne!(positional, map);
