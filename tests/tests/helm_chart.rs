@@ -17,6 +17,8 @@
 
 #[path = "helm_chart/kube_validate.rs"]
 mod kube_validate;
+#[path = "helm_chart/kv_sync.rs"]
+mod kv_sync;
 #[path = "helm_chart/render.rs"]
 mod render;
 #[path = "helm_chart/schema.rs"]
@@ -29,7 +31,7 @@ use clap::Parser;
 use gateway::GatewayConfig;
 use gateway::cli::Cli;
 use gateway::config::DiscoveryKind;
-use mock_engine::kv_events::KvEventsConfig;
+use kv_sync::assert_engines_match_kv_sync;
 use render::{
     CHART, NAMESPACE, RELEASE, Rendered, args, ci_cases, helm, lint, list, named, render, scratch,
     text,
@@ -38,6 +40,10 @@ use serde_json::Value;
 
 const GATEWAY: &str = "pg-prefixgate";
 const ENGINES: &str = "pg-prefixgate-vllm";
+/// vLLM engines with 3 data-parallel ranks (3 GPUs each) publishing on 6000-6002, no replay.
+const KV_SYNC_THREE_RANKS_NO_REPLAY: &str = "vllm.enabled=true,kvSync.enabled=true,\
+    kvSync.dataParallelSize=3,kvSync.port=6000,kvSync.replayPort=0,\
+    vllm.resources.limits.nvidia\\.com/gpu=3,vllm.resources.requests.nvidia\\.com/gpu=3";
 
 /// The gateway's pod as deployed, and the configuration `prefixgate` builds in it.
 struct Gateway<'a> {
@@ -163,30 +169,6 @@ fn engine(rendered: &Rendered) -> (&Value, Vec<&str>) {
     let statefulset = rendered.object("StatefulSet", ENGINES);
     let container = &list(statefulset, "/spec/template/spec/containers")[0];
     (container, args(container))
-}
-
-/// The example engines publish KV events where `[kv_sync]` listens, and are labelled for it,
-/// exactly when the gateway's sync is on.
-fn assert_engines_match_kv_sync(rendered: &Rendered, gateway: &Gateway) {
-    let sync = &gateway.config.kv_sync;
-    let statefulset = rendered.object("StatefulSet", ENGINES);
-    let labels = &statefulset["spec"]["template"]["metadata"]["labels"];
-    let (_, args) = engine(rendered);
-    let events = args
-        .iter()
-        .find_map(|a| a.strip_prefix("--kv-events-config="));
-    if !sync.enabled {
-        assert_eq!(events, None);
-        assert!(labels.get("model.aibrix.ai/kv-events-enabled").is_none());
-        return;
-    }
-    assert_eq!(labels["model.aibrix.ai/kv-events-enabled"], "true");
-    let events = events.expect("--kv-events-config=JSON in the engine's args");
-    let events = KvEventsConfig::parse(events).unwrap_or_else(|e| panic!("{e}: {events}"));
-    assert!(events.enable_kv_cache_events);
-    assert_eq!(events.endpoint, format!("tcp://*:{}", sync.port));
-    let replay = (sync.replay_port != 0).then(|| format!("tcp://*:{}", sync.replay_port));
-    assert_eq!(events.replay_endpoint, replay);
 }
 
 /// With static discovery, the gateway lists each example engine pod by its stable DNS name
@@ -329,6 +311,18 @@ fn check_case(case: &str, rendered: &Rendered, gateway: &Gateway) {
             assert_engines_match_kv_sync(rendered, gateway);
             assert_eq!(config.kv_sync.enabled, case == "kv-sync");
         }
+        "kv-sync-dp" => {
+            // Two ranks per engine pod, the replay range moved past the events range.
+            assert_backends_are_the_engine_pods(rendered, gateway);
+            let sync = &config.kv_sync;
+            assert!(sync.enabled);
+            assert_eq!(sync.data_parallel_size, 2);
+            assert_eq!((sync.port, sync.replay_port), (5557, 5567));
+            assert_engines_match_kv_sync(rendered, gateway);
+            let (_, args) = engine(rendered);
+            assert!(args.contains(&"--data-parallel-size=2"), "{args:?}");
+            no_tls();
+        }
         "mock" | "vllm" | "monitoring" => {
             assert_backends_are_the_engine_pods(rendered, gateway);
             assert_engines_match_kv_sync(rendered, gateway);
@@ -409,12 +403,15 @@ async fn helm_renders_tls_from_a_named_secret_and_numbers_among_the_args() {
 #[tokio::test]
 #[ignore = "needs helm: PREFIXGATE_HELM (.ci/run sets it)"]
 async fn helm_renders_kv_sync_for_vllm_and_for_engines_without_replay() {
-    for (values, replay_port) in [
-        ("vllm.enabled=true,kvSync.enabled=true", 5558),
+    for (values, ports, ranks) in [
+        ("vllm.enabled=true,kvSync.enabled=true", (5557, 5558), 1),
         (
             "vllm.enabled=true,vllm.mock=true,kvSync.enabled=true,kvSync.replayPort=0",
-            0,
+            (5557, 0),
+            1,
         ),
+        // Data-parallel ranks without replay: the events range alone, 6000-6002.
+        (KV_SYNC_THREE_RANKS_NO_REPLAY, (6000, 0), 3),
     ] {
         let values = ["--set", values];
         lint(&values).await;
@@ -422,7 +419,8 @@ async fn helm_renders_kv_sync_for_vllm_and_for_engines_without_replay() {
         let gateway = gateway(&rendered);
         let sync = &gateway.config.kv_sync;
         assert!(sync.enabled);
-        assert_eq!((sync.port, sync.replay_port), (5557, replay_port));
+        assert_eq!((sync.port, sync.replay_port), ports);
+        assert_eq!(sync.data_parallel_size, ranks);
         assert_engines_match_kv_sync(&rendered, &gateway);
         assert_backends_are_the_engine_pods(&rendered, &gateway);
     }
@@ -432,7 +430,16 @@ async fn helm_renders_kv_sync_for_vllm_and_for_engines_without_replay() {
 #[ignore = "needs helm: PREFIXGATE_HELM (.ci/run sets it)"]
 async fn helm_refuses_settings_that_cannot_work_with_a_message_naming_them() {
     let static_case = format!("{CHART}/ci/static-values.yaml");
-    let refusals: [(&[&str], &str); 10] = [
+    let kv_sync = |values: &str| format!("vllm.enabled=true,kvSync.enabled=true,{values}");
+    let (no_ranks, too_many) = (
+        kv_sync("kvSync.dataParallelSize=0"),
+        kv_sync("kvSync.dataParallelSize=65"),
+    );
+    let default_ports =
+        kv_sync("kvSync.dataParallelSize=2,vllm.resources.limits.nvidia\\.com/gpu=2");
+    let one_gpu = kv_sync("kvSync.dataParallelSize=2,kvSync.replayPort=5567");
+    let mock = kv_sync("vllm.mock=true,kvSync.dataParallelSize=2,kvSync.replayPort=5567");
+    let refusals: [(&[&str], &str); 17] = [
         (&[], "prefixgate has no replicas to route to"),
         (
             &["--set", "vllm.enabled=true,discovery.kind=consul"],
@@ -481,6 +488,42 @@ async fn helm_refuses_settings_that_cannot_work_with_a_message_naming_them() {
                 "vllm.enabled=true,config.admission.tenants.B.token_burst=5",
             ],
             "config.admission.tenants.B.max_in_flight is required",
+        ),
+        (
+            &["--set", &no_ranks],
+            "kvSync.dataParallelSize=0: must be an integer 1-64",
+        ),
+        (
+            &["--set", &too_many],
+            "kvSync.dataParallelSize=65: must be an integer 1-64",
+        ),
+        (
+            &["--set", "vllm.enabled=true,kvSync.dataParallelSize=2"],
+            "kvSync.dataParallelSize=2 needs kvSync.enabled=true",
+        ),
+        // vLLM's default ports with two ranks: rank 1 publishes on the replay port 5558.
+        (
+            &["--set", &default_ports],
+            "kvSync.replayPort=5558: with kvSync.dataParallelSize=2, events use ports \
+             5557-5558 and replay ports 5558-5559: port 5558 is both (vLLM offsets both by the \
+             rank). Set kvSync.replayPort to at least 5559",
+        ),
+        (
+            &["--set", &one_gpu],
+            "nvidia.com/gpu=1 is fewer than kvSync.dataParallelSize=2",
+        ),
+        (
+            &["--set", &mock],
+            "kvSync.dataParallelSize=2 with vllm.mock=true",
+        ),
+        (
+            &[
+                "--set",
+                "vllm.enabled=true,kvSync.enabled=true",
+                "--set-json",
+                r#"vllm.extraArgs=["--data-parallel-size",2]"#,
+            ],
+            "vllm.extraArgs has \"--data-parallel-size\": with kvSync.enabled=true set kvSync.dataParallelSize instead",
         ),
     ];
     for (values, message) in refusals {

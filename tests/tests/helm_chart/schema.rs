@@ -35,6 +35,7 @@ const OTHER_RENDERS: &[&[&str]] = &[
         "--set",
         "vllm.enabled=true,vllm.mock=true,kvSync.enabled=true,kvSync.replayPort=0",
     ],
+    &["--set", super::KV_SYNC_THREE_RANKS_NO_REPLAY],
 ];
 
 /// The objects of a render, in manifest order, as the manifest names them.

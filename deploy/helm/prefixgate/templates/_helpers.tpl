@@ -154,4 +154,109 @@ with a message instead of being ignored.
 {{- if and .Values.apiKeys.existingSecret (not .Values.apiKeys.secretKey) }}
 {{- fail "apiKeys.secretKey must name the key of apiKeys.existingSecret that holds the comma-separated keys." }}
 {{- end }}
+{{- include "prefixgate.validateKvSync" . }}
+{{- end }}
+
+{{/*
+The example engines' --kv-events-config JSON: vLLM's ZeroMQ publisher on kvSync.port, and
+its replay socket on kvSync.replayPort unless 0. With `--data-parallel-size N` vLLM offsets
+both endpoints by the rank, so rank r publishes on port+r and replays on replayPort+r; the
+container ports ("prefixgate.kvEventPorts") and the gateway's [kv_sync] are derived from the
+same two values.
+*/}}
+{{- define "prefixgate.kvEventsConfig" -}}
+{{- $k := .Values.kvSync }}
+{{- $config := dict "enable_kv_cache_events" true "publisher" "zmq" "endpoint" (printf "tcp://*:%d" (int $k.port)) }}
+{{- if gt (int $k.replayPort) 0 }}
+{{- $_ := set $config "replay_endpoint" (printf "tcp://*:%d" (int $k.replayPort)) }}
+{{- end }}
+{{- toJson $config }}
+{{- end }}
+
+{{/*
+Container ports of the example engines' KV-event sockets, one pair per data-parallel rank:
+kv-events-R on kvSync.port+R and kv-replay-R on kvSync.replayPort+R (none with port 0).
+*/}}
+{{- define "prefixgate.kvEventPorts" -}}
+{{- $k := .Values.kvSync }}
+{{- range $rank := until (int $k.dataParallelSize) }}
+- name: {{ printf "kv-events-%d" $rank }}
+  containerPort: {{ add (int $k.port) $rank }}
+  protocol: TCP
+{{- if gt (int $k.replayPort) 0 }}
+- name: {{ printf "kv-replay-%d" $rank }}
+  containerPort: {{ add (int $k.replayPort) $rank }}
+  protocol: TCP
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+kvSync's values, checked as the gateway checks [kv_sync] (gateway/src/kv_sync/config.rs) so
+that a release that could not start fails at render time instead of as a crash-looping pod:
+dataParallelSize an integer 1-64, every rank's events and replay ports real, and the two port
+ranges apart (vLLM offsets both by the rank, so its defaults 5557/5558 collide with 2 ranks).
+*/}}
+{{- define "prefixgate.validateKvSync" -}}
+{{- $k := .Values.kvSync }}
+{{- $v := .Values.vllm }}
+{{- $n := $k.dataParallelSize }}
+{{- $whole := or (kindIs "int" $n) (kindIs "int64" $n) (and (kindIs "float64" $n) (eq $n (float64 (int64 $n)))) }}
+{{- if or (not $whole) (lt (int64 $n) 1) (gt (int64 $n) 64) }}
+{{- fail (printf "kvSync.dataParallelSize=%v: must be an integer 1-64 (vLLM's --data-parallel-size of every engine)." $n) }}
+{{- end }}
+{{- $n = int $n }}
+{{- if and (gt $n 1) (not $k.enabled) }}
+{{- fail (printf "kvSync.dataParallelSize=%d needs kvSync.enabled=true: it says how many data-parallel ranks' KV events the gateway follows (for data-parallel example engines without KV sync, pass --data-parallel-size in vllm.extraArgs)." $n) }}
+{{- end }}
+{{- if $k.enabled }}
+{{- $port := int $k.port }}
+{{- $replay := int $k.replayPort }}
+{{- if or (lt $port 1) (gt $port 65535) }}
+{{- fail (printf "kvSync.port=%v: must be a port (1-65535)." $k.port) }}
+{{- end }}
+{{- if or (lt $replay 0) (gt $replay 65535) }}
+{{- fail (printf "kvSync.replayPort=%v: must be a port (1-65535), or 0 when the engines serve no replay." $k.replayPort) }}
+{{- end }}
+{{- $lastEvents := sub (add $port $n) 1 }}
+{{- $lastReplay := sub (add $replay $n) 1 }}
+{{- if gt $lastEvents 65535 }}
+{{- fail (printf "kvSync.port=%d: with kvSync.dataParallelSize=%d its ranks would use ports %d-%d, past 65535." $port $n $port $lastEvents) }}
+{{- end }}
+{{- if and (gt $replay 0) (gt $lastReplay 65535) }}
+{{- fail (printf "kvSync.replayPort=%d: with kvSync.dataParallelSize=%d its ranks would use ports %d-%d, past 65535." $replay $n $replay $lastReplay) }}
+{{- end }}
+{{- if gt $replay 0 }}
+{{- $from := max $port $replay }}
+{{- $to := min $lastEvents $lastReplay }}
+{{- if le $from $to }}
+{{- $collide := printf "ports %d-%d are" $from $to }}
+{{- if eq $from $to }}
+{{- $collide = printf "port %d is" $from }}
+{{- end }}
+{{- $below := "" }}
+{{- if ge (sub $port $n) 1 }}
+{{- $below = printf " (or at most %d)" (sub $port $n) }}
+{{- end }}
+{{- fail (printf "kvSync.replayPort=%d: with kvSync.dataParallelSize=%d, events use ports %d-%d and replay ports %d-%d: %s both (vLLM offsets both by the rank). Set kvSync.replayPort to at least %d%s; the example engines' replay_endpoint follows it." $replay $n $port $lastEvents $replay $lastReplay $collide (add $lastEvents 1) $below) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $v.enabled $k.enabled (gt $n 1) }}
+{{- if $v.mock }}
+{{- fail (printf "kvSync.dataParallelSize=%d with vllm.mock=true: mock-engine runs one engine per pod (no data-parallel ranks), so only rank 0 would ever publish. Use kvSync.dataParallelSize=1 with mock engines." $n) }}
+{{- end }}
+{{- $gpus := dig "limits" "nvidia.com/gpu" (dig "requests" "nvidia.com/gpu" "" (default dict $v.resources)) (default dict $v.resources) }}
+{{- if and (ne (toString $gpus) "") (lt (int $gpus) $n) }}
+{{- fail (printf "vllm.resources nvidia.com/gpu=%v is fewer than kvSync.dataParallelSize=%d: each data-parallel rank needs its own GPU (ranks x tensor-parallel size per pod)." $gpus $n) }}
+{{- end }}
+{{- end }}
+{{- if and $v.enabled $k.enabled }}
+{{- range $v.extraArgs }}
+{{- $arg := toString . }}
+{{- if or (hasPrefix "--data-parallel-size" $arg) (eq $arg "-dp") (hasPrefix "-dp=" $arg) }}
+{{- fail (printf "vllm.extraArgs has %q: with kvSync.enabled=true set kvSync.dataParallelSize instead, so that the engines and the gateway agree on the ranks and their KV-event ports." $arg) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
