@@ -5,7 +5,8 @@
 //! configuration listening on the container's ports; each case deploys what it says (TLS from
 //! its Secret, KV-event sync with engines that publish, discovery with its RBAC, …); and the
 //! settings the chart refuses fail with their messages. Running Helm and reading its output:
-//! `helm_chart/render.rs`. Every rendered object and every plain manifest under
+//! `helm_chart/render.rs`; the engines against `[kv_sync]`, every data-parallel rank's
+//! ports: `helm_chart/kv_sync.rs`. Every rendered object and every plain manifest under
 //! `deploy/kubernetes/`, checked against the Kubernetes API's own schemas
 //! (`kubernetes-validate --strict`, 1.25 and 1.37): `helm_chart/schema.rs`; running that
 //! tool and reading its report: `helm_chart/kube_validate.rs`.
