@@ -1,12 +1,14 @@
 //! The example engines against the gateway's `[kv_sync]`, for `helm_chart.rs`: the engines
 //! publish KV events exactly where the resolved configuration subscribes, for every
 //! data-parallel rank (vLLM offsets both the events and the replay endpoint by the rank), and
-//! are labelled for discovery exactly when the sync is on.
+//! are labelled for discovery exactly when the sync is on; and the chart refuses exactly the
+//! rank counts and port layouts the gateway refuses, naming the same key and the same fix.
 
+use gateway::kv_sync::KvSyncConfig;
 use serde_json::Value;
 
-use super::render::{Rendered, list};
-use super::{ENGINES, Gateway, engine};
+use super::render::{CHART, NAMESPACE, RELEASE, Rendered, helm, list, render};
+use super::{ENGINES, Gateway, engine, gateway};
 use mock_engine::kv_events::KvEventsConfig;
 
 /// The container ports named `prefix-R` for R = 0, 1, …, in rank order.
@@ -73,4 +75,93 @@ pub fn assert_engines_match_kv_sync(rendered: &Rendered, gateway: &Gateway) {
             "only vLLM runs data-parallel ranks"
         );
     }
+}
+
+/// The most ranks the gateway follows, 128 sockets per engine pod (ports 1000-1063 and
+/// 1064-1127), as the layout test below renders them: the schema test validates its objects.
+pub const SIXTY_FOUR_RANKS: &str = "vllm.enabled=true,kvSync.enabled=true,\
+    kvSync.dataParallelSize=64,kvSync.port=1000,kvSync.replayPort=1064,\
+    vllm.resources.limits.nvidia\\.com/gpu=64,vllm.resources.requests.nvidia\\.com/gpu=64";
+
+/// The chart's value named in a refusal for each `[kv_sync]` key the gateway names.
+const KEYS: [(&str, &str); 3] = [
+    ("kv_sync.data_parallel_size", "kvSync.dataParallelSize="),
+    ("kv_sync.replay_port", "kvSync.replayPort="),
+    ("kv_sync.port", "kvSync.port="),
+];
+
+/// The `at least N` a refusal suggests for the replay port, if any.
+fn suggested(message: &str) -> Option<&str> {
+    let rest = message.split_once("at least ")?.1;
+    rest.split(|c: char| !c.is_ascii_digit()).next()
+}
+
+#[tokio::test]
+#[ignore = "needs helm: PREFIXGATE_HELM (.ci/run sets it)"]
+async fn helm_refuses_kv_sync_ranks_and_ports_exactly_where_the_gateway_does() {
+    // (ranks, port, replay port): vLLM's defaults with 2 ranks, ranges just apart above and
+    // below, just touching, equal ports, no replay, past 65535 on either side, 64 ranks.
+    let layouts: [(u32, u16, u16); 11] = [
+        (2, 5557, 5558),
+        (2, 5557, 5559),
+        (2, 5557, 5555),
+        (2, 5557, 5556),
+        (1, 5557, 5557),
+        (3, 6000, 0),
+        (4, 65533, 0),
+        (2, 5557, 65535),
+        (64, 1000, 1064),
+        (64, 1000, 1063),
+        (1, 65535, 1),
+    ];
+    let mut refused = 0;
+    for (ranks, port, replay_port) in layouts {
+        let sync = KvSyncConfig {
+            enabled: true,
+            port,
+            replay_port,
+            data_parallel_size: ranks,
+            ..KvSyncConfig::default()
+        };
+        let values = format!(
+            "vllm.enabled=true,kvSync.enabled=true,kvSync.dataParallelSize={ranks},\
+             kvSync.port={port},kvSync.replayPort={replay_port},\
+             vllm.resources.limits.nvidia\\.com/gpu={ranks},\
+             vllm.resources.requests.nvidia\\.com/gpu={ranks}"
+        );
+        let layout = (ranks, port, replay_port);
+        if layout == (64, 1000, 1064) {
+            assert_eq!(values, SIXTY_FOUR_RANKS, "the render schema.rs validates");
+        }
+        match sync.validate(128) {
+            Err(error) => {
+                refused += 1;
+                let error = error.to_string();
+                let args = ["template", RELEASE, CHART, "--namespace", NAMESPACE];
+                let output = helm(&[&args[..], &["--set", &values]].concat()).await;
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                assert!(
+                    !output.status.success(),
+                    "{layout:?} rendered; gateway: {error}"
+                );
+                let (_, value) = KEYS
+                    .iter()
+                    .find(|(key, _)| error.contains(key))
+                    .unwrap_or_else(|| panic!("{layout:?}: which key? {error}"));
+                assert!(stderr.contains(value), "{layout:?}: {stderr} vs {error}");
+                assert_eq!(
+                    suggested(&stderr),
+                    suggested(&error),
+                    "{layout:?}: {stderr}"
+                );
+            }
+            Ok(()) => {
+                let rendered = render(&["--set", &values]).await;
+                let gateway = gateway(&rendered);
+                assert_eq!(gateway.config.kv_sync, sync, "{layout:?}");
+                assert_engines_match_kv_sync(&rendered, &gateway);
+            }
+        }
+    }
+    assert_eq!(refused, 6, "the table holds refusals and acceptances");
 }

@@ -36,6 +36,7 @@ const OTHER_RENDERS: &[&[&str]] = &[
         "vllm.enabled=true,vllm.mock=true,kvSync.enabled=true,kvSync.replayPort=0",
     ],
     &["--set", super::KV_SYNC_THREE_RANKS_NO_REPLAY],
+    &["--set", super::kv_sync::SIXTY_FOUR_RANKS],
 ];
 
 /// The objects of a render, in manifest order, as the manifest names them.
