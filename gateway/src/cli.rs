@@ -38,6 +38,7 @@ prefix-load weights (the [routing.prefix_load] table):
   PREFIXGATE_PREFIX_LOAD_IDLE_PREFILL_WEIGHT
   PREFIXGATE_PREFIX_LOAD_FAMILY_WEIGHT
   PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS
+  PREFIXGATE_PREFIX_LOAD_COPY_WEIGHT
 
 Every key of the file, with its flag and variable: config/gateway.example.toml.";
 
@@ -209,6 +210,10 @@ pub struct Cli {
     /// [default: 60].
     #[arg(long, value_name = "SECS")]
     pub prefix_load_family_window_seconds: Option<f64>,
+    /// prefix-load: extra prefills a copy of a prefix pays, divided by 1 + its requests in
+    /// flight; for an index fed by KV-event sync [default: 0 (off)].
+    #[arg(long, value_name = "W")]
+    pub prefix_load_copy_weight: Option<f64>,
     /// Prefix block size in bytes of the tokenizer's stream [default: 128].
     #[arg(long, value_name = "BYTES")]
     pub block_size: Option<usize>,
@@ -394,6 +399,7 @@ impl Cli {
             &mut weights.family_window_seconds,
             &self.prefix_load_family_window_seconds,
         );
+        set(&mut weights.copy_weight, &self.prefix_load_copy_weight);
         set(&mut config.routing.block_size, &self.block_size);
         set(&mut config.routing.hash_seed, &self.hash_seed);
         set(&mut config.routing.block_capacity, &self.block_capacity);

@@ -79,6 +79,14 @@ fn bad_flags_are_refused_with_the_flag_named() {
         .resolve(|_| None)
         .unwrap_err();
     assert!(error.to_string().contains("prefill_weight"), "{error}");
+    let error = parse(&["--prefix-load-copy-weight=-1"])
+        .resolve(|_| None)
+        .unwrap_err();
+    assert!(error.to_string().contains("copy_weight"), "{error}");
+    let config = parse(&["--prefix-load-copy-weight", "1.5"])
+        .resolve(|_| None)
+        .unwrap();
+    assert_eq!(config.routing.prefix_load.copy_weight, 1.5);
     let error = parse(&["--time-scale", "0"]).resolve(|_| None).unwrap_err();
     assert!(error.to_string().contains("time_scale"), "{error}");
 }

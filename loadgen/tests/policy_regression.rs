@@ -218,7 +218,7 @@ fn prefix_load_beats_the_best_other_route_on_the_simulated_matrix() {
     );
 }
 
-/// Weights from `PL_WEIGHTS` ("prefill,pending,waiting[,idle_prefill[,family]];…"), else the
+/// Weights from `PL_WEIGHTS` ("prefill,pending,waiting[,idle_prefill[,family[,copy]]];…"), else the
 /// defaults.
 fn weight_sets() -> Vec<PrefixLoadConfig> {
     let Ok(spec) = std::env::var("PL_WEIGHTS") else {
@@ -237,6 +237,7 @@ fn weight_sets() -> Vec<PrefixLoadConfig> {
                 waiting_weight: w[2],
                 idle_prefill_weight: w.get(3).copied().unwrap_or(default.idle_prefill_weight),
                 family_weight: w.get(4).copied().unwrap_or(default.family_weight),
+                copy_weight: w.get(5).copied().unwrap_or(default.copy_weight),
                 ..default
             }
         })

@@ -40,6 +40,15 @@ pub struct PrefixLoadConfig {
     /// `PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS`: a family stops counting as served by
     /// a pod after this long without a request routed there.
     pub family_window_seconds: f64,
+    /// `PREFIXGATE_PREFIX_LOAD_COPY_WEIGHT`: a copy (a pod holding less of the prompt than
+    /// its best holder) pays its prefill `1 + copy_weight / (1 + n)` times, `n` the
+    /// prefix's requests in flight on its best holders. A copy's prefill is paid once and
+    /// shared by the prefix's later requests, whose rate the requests in flight measure
+    /// (Little's law): a hot prefix is copied nearly at cost, a family with few requests left
+    /// pays up to `1 + copy_weight` times. Off (0) by default. It needs an index that sees
+    /// every holder (KV-event sync): otherwise a real hit on a pod the index does not know
+    /// looks like a copy (docs/POLICY.md, "Over more rounds").
+    pub copy_weight: f64,
 }
 
 impl Default for PrefixLoadConfig {
@@ -51,18 +60,20 @@ impl Default for PrefixLoadConfig {
             idle_prefill_weight: 2.0,
             family_weight: 0.0,
             family_window_seconds: 60.0,
+            copy_weight: 0.0,
         }
     }
 }
 
 /// The environment variables [`PrefixLoadConfig::apply_env`] reads, in `--help` order.
-pub const PREFIX_LOAD_ENV_NAMES: [&str; 6] = [
+pub const PREFIX_LOAD_ENV_NAMES: [&str; 7] = [
     "PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_IDLE_PREFILL_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_FAMILY_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS",
+    "PREFIXGATE_PREFIX_LOAD_COPY_WEIGHT",
 ];
 
 /// Largest accepted weight: beyond it one term swamps the others entirely, which a user
@@ -76,7 +87,7 @@ impl PrefixLoadConfig {
         &mut self,
         lookup: &impl Fn(&str) -> Option<String>,
     ) -> Result<(), ConfigError> {
-        let [prefill, pending, waiting, idle, family, window] = PREFIX_LOAD_ENV_NAMES;
+        let [prefill, pending, waiting, idle, family, window, copy] = PREFIX_LOAD_ENV_NAMES;
         for (name, field) in [
             (prefill, &mut self.prefill_weight),
             (pending, &mut self.pending_weight),
@@ -84,6 +95,7 @@ impl PrefixLoadConfig {
             (idle, &mut self.idle_prefill_weight),
             (family, &mut self.family_weight),
             (window, &mut self.family_window_seconds),
+            (copy, &mut self.copy_weight),
         ] {
             if let Some(value) = lookup(name) {
                 *field = weight(name, &value, value.trim().parse().ok())?;
@@ -110,6 +122,7 @@ impl PrefixLoadConfig {
                 "prefix_load.family_window_seconds",
                 self.family_window_seconds,
             ),
+            ("prefix_load.copy_weight", self.copy_weight),
         ] {
             weight(key, &value.to_string(), Some(value))?;
         }
@@ -154,6 +167,7 @@ mod tests {
             ("PREFIXGATE_PREFIX_LOAD_IDLE_PREFILL_WEIGHT", "0.5"),
             ("PREFIXGATE_PREFIX_LOAD_FAMILY_WEIGHT", "8"),
             ("PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS", "2.5"),
+            ("PREFIXGATE_PREFIX_LOAD_COPY_WEIGHT", "1"),
         ])
         .unwrap();
         assert_eq!(
@@ -165,6 +179,7 @@ mod tests {
                 idle_prefill_weight: 0.5,
                 family_weight: 8.0,
                 family_window_seconds: 2.5,
+                copy_weight: 1.0,
             }
         );
         assert_eq!(config.family_window_millis(), 2500);

@@ -10,6 +10,10 @@
 //!           + waiting_weight · waiting(pod) · mean  the engine's slot queue, when scraped
 //!           + family_weight · blocks · share(pod)   for a new family only: the families
 //!                                                   this pod is committed to
+//!           + copy_weight · prefill_weight · uncached(pod) / (1 + n)
+//!                                                   for a copy only (a pod below the best
+//!                                                   match): n = the prefix's requests in
+//!                                                   flight on its best holders
 //! w = idle_prefill_weight on a pod with nothing outstanding, prefill_weight otherwise
 //! ```
 //!
@@ -39,6 +43,11 @@
 //!   requests has none outstanding). As a share it is bounded by `family_weight` prompts,
 //!   and it is scaled by the fraction of those families that have recurred, so one-off
 //!   prompts (which would only even out arrivals, at a cost on unequal pods) steer nothing.
+//! - The copy price (off unless `copy_weight` > 0): a copy's prefill is paid once and shared
+//!   by the prefix's later requests, and the requests in flight on its holders measure how
+//!   many there will be (Little's law), so a hot prefix is copied nearly at cost and a family
+//!   with few requests left is not. It needs an index that sees every holder (KV-event
+//!   sync): on a blind index a real hit elsewhere looks like a copy and is priced as one.
 //! - A copy in progress is not a hit: the index records a prefix for a pod as soon as a
 //!   request is routed there, but until that request's first byte the pod is still
 //!   prefilling it, and a request sent after it would wait for the copy and slow it down.
@@ -119,6 +128,13 @@ impl Policy for PrefixLoad {
                 .zip(&counts)
                 .any(|(&pct, c)| pct == best && c.outstanding > 0);
         // A new family brings its later requests to wherever it goes first.
+        // The prefix's requests in flight on its best holders: its rate, for the copy price.
+        let in_flight: u64 = percents
+            .iter()
+            .zip(&counts)
+            .filter(|(pct, _)| **pct == best)
+            .map(|(_, c)| u64::from(c.outstanding))
+            .sum();
         let committed = if best == 0 && weights.family_weight > 0.0 {
             family_shares(input)
         } else {
@@ -138,7 +154,13 @@ impl Policy for PrefixLoad {
                 } else {
                     uncached_blocks(blocks, pct)
                 };
+                let copy = if pct < best {
+                    copy_price(weights, uncached, in_flight)
+                } else {
+                    0.0
+                };
                 pod_cost(pod.load, uncached, weights, in_use)
+                    + copy
                     + weights.family_weight * blocks as f64 * share
             })
             .collect();
@@ -219,6 +241,13 @@ fn family_shares(input: &PolicyInput<'_>) -> Vec<f64> {
         .iter()
         .map(|c| families_at_all * c.families as f64 / total as f64)
         .collect()
+}
+
+/// What a copy of a prefix adds to its prefill's cost: `copy_weight / (1 + in_flight)` more
+/// prefills, so a copy of a prefix with many requests in flight costs little more than its
+/// blocks and one of a prefix with none costs up to `1 + copy_weight` times (0 when off).
+fn copy_price(weights: &PrefixLoadConfig, uncached: u64, in_flight: u64) -> f64 {
+    weights.prefill_weight * uncached as f64 * weights.copy_weight / (1.0 + in_flight as f64)
 }
 
 /// A uniformly random index among the minima of `costs` (0 for an empty slice).

@@ -260,6 +260,29 @@ fn a_copy_in_progress_is_not_a_hit() {
 }
 
 #[test]
+fn a_copy_of_a_prefix_in_use_is_priced_below_one_of_a_quiet_prefix() {
+    // copy_weight 1: a copy pays 1 + 1 / (1 + n) prefills, n = the prefix's requests in
+    // flight on its holder. Owner: 7 requests' work (280 blocks); the other pod: 1 request.
+    let hashes = request(2, 40);
+    let with_copy_weight = |owner: PodState| {
+        let mut cluster = Cluster::new(&[owner, busy(1)], 40);
+        cluster.config.prefix_load.copy_weight = 1.0;
+        cluster.hold(0, &hashes);
+        cluster
+    };
+    // All 7 are this prefix's: the copy costs 200 + 25 + 40 < 280, so it spills.
+    let hot = with_copy_weight(busy_with(7, hashes[39]));
+    assert_eq!(hot.choose(&hashes, 0).pod, 1);
+    // None is: the copy costs 200 + 200 + 40 > 280, so the family stays with its owner.
+    let quiet = with_copy_weight(busy_with(7, 99));
+    assert_eq!(quiet.choose(&hashes, 0).pod, 0);
+    // Off (the default), the quiet prefix spills too.
+    let off = Cluster::new(&[busy_with(7, 99), busy(1)], 40);
+    off.hold(0, &hashes);
+    assert_eq!(off.choose(&hashes, 0).pod, 1);
+}
+
+#[test]
 fn pending_prefills_push_a_cold_request_away() {
     // Same outstanding counts; pod 0 still has a cold prefill in progress.
     let cluster = Cluster::new(
