@@ -432,7 +432,7 @@ fn simulate(
         eprintln!("warning: {sync_errors} KV events were refused (see the lines above)");
     }
     match out {
-        Some(path) => write_atomically(path, &result)?,
+        Some(path) => loadgen::result_file::write_result(path, &result)?,
         None => println!("{}", serde_json::to_string_pretty(&result)?),
     }
     if out.is_some() {
@@ -481,7 +481,7 @@ async fn live(
     );
     match out {
         Some(path) => {
-            write_atomically(path, &result)?;
+            loadgen::result_file::write_result(path, &result)?;
             print!("{}", report::render_table(&result));
         }
         None => println!("{}", serde_json::to_string_pretty(&result)?),
@@ -529,15 +529,6 @@ fn write_trace(file: &mut impl std::io::Write, lines: &[TraceLine]) -> std::io::
         serde_json::to_writer(&mut *file, line)?;
         file.write_all(b"\n")?;
     }
-    Ok(())
-}
-
-fn write_atomically(path: &Path, result: &impl serde::Serialize) -> Result<()> {
-    let text = serde_json::to_string_pretty(result)?;
-    let tmp = path.with_extension("json.partial");
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))?;
-    eprintln!("wrote {}", path.display());
     Ok(())
 }
 

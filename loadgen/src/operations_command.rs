@@ -12,7 +12,7 @@ use loadgen::run::live_request::http_client;
 use loadgen::run::{LiveTarget, LocalStacks, OperationsRunner, OperationsTarget, run_operations};
 use loadgen::workload::{Operations, OperationsPhase};
 
-use super::{LocalArgs, status_ticker, write_atomically};
+use super::{LocalArgs, status_ticker};
 
 /// The flags of `loadgen operations`.
 #[derive(Debug, clap::Args)]
@@ -160,7 +160,7 @@ async fn operations(
     );
     match out {
         Some(path) => {
-            write_atomically(path, &result)?;
+            loadgen::result_file::write_result(path, &result)?;
             print!("{}", report::render_operations_table(&result));
         }
         None => println!("{}", serde_json::to_string_pretty(&result)?),
