@@ -39,12 +39,9 @@ use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage
 
 mod support;
 
-use support::kv_events::{backend, fast_replica, port, send_batch};
+use support::kv_events::{backend, fast_replica, kv_sync_config, port, send_batch};
 
-use support::{
-    DEADLINE, HttpClient, MOCK_MODEL, http_client, loopback_config, metrics, sample,
-    wait_for_metrics, with_quick_retries,
-};
+use support::{DEADLINE, HttpClient, MOCK_MODEL, http_client, metrics, sample, wait_for_metrics};
 
 /// Tokens per engine block in the `fast` profile (vLLM's default 16).
 const ENGINE_BLOCK: usize = 16;
@@ -162,15 +159,8 @@ async fn two_ranks() -> (Vec<Rank>, u16, u16) {
 
 /// A gateway following two data-parallel ranks per backend from the base ports.
 fn gateway_config(backends: Vec<BackendConfig>, events: u16, replay: u16) -> GatewayConfig {
-    let mut config = with_quick_retries(loopback_config());
-    config.backends = backends;
-    config.kv_sync.enabled = true;
-    config.kv_sync.port = events;
-    config.kv_sync.replay_port = replay;
+    let mut config = kv_sync_config(backends, events, replay);
     config.kv_sync.data_parallel_size = 2;
-    // A batch published while a subscription is still forming is caught by the next
-    // renewal's replay.
-    config.kv_sync.idle_resubscribe_ms = 500;
     config
 }
 

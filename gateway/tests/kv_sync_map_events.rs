@@ -25,8 +25,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use gateway::GatewayConfig;
-use gateway::config::BackendConfig;
 use http_body_util::{BodyExt, Full};
 use mock_engine::kv_events::{END_OF_REPLAY, EventFormat, KvEventsConfig, encode_batch_as};
 use mock_engine::model::kv_events::KvEvent;
@@ -35,12 +33,9 @@ use zeromq::{DealerSocket, PubSocket, Socket, SocketRecv, SocketSend, ZmqMessage
 
 mod support;
 
-use support::kv_events::{backend, fast_replica, last_seq, port, send_batch};
+use support::kv_events::{backend, fast_replica, kv_sync_config, last_seq, port, send_batch};
 
-use support::{
-    DEADLINE, HttpClient, MOCK_MODEL, http_client, loopback_config, metrics, sample,
-    wait_for_metrics, with_quick_retries,
-};
+use support::{DEADLINE, HttpClient, MOCK_MODEL, http_client, metrics, sample, wait_for_metrics};
 
 /// PUB and replay on free loopback ports, events as maps.
 fn map_events() -> KvEventsConfig {
@@ -49,20 +44,6 @@ fn map_events() -> KvEventsConfig {
     )
     .unwrap()
     .with_format(EventFormat::Map)
-}
-
-/// A gateway in front of `backends`, subscribed to `events` and `replay` ports on each
-/// backend's host, with reconnects and renewals quick enough for a test.
-fn gateway_config(backends: Vec<BackendConfig>, events: u16, replay: u16) -> GatewayConfig {
-    let mut config = with_quick_retries(loopback_config());
-    config.backends = backends;
-    config.kv_sync.enabled = true;
-    config.kv_sync.port = events;
-    config.kv_sync.replay_port = replay;
-    // A batch published while a subscription is still forming is caught by the next
-    // renewal's replay.
-    config.kv_sync.idle_resubscribe_ms = 500;
-    config
 }
 
 async fn post(
@@ -131,7 +112,7 @@ async fn map_form_events_from_an_engine_feed_the_gateways_index() {
     let b = spawn_replica(fast_replica("b")).await.unwrap();
     let events = a.kv_events_endpoint().unwrap().to_owned();
     let replay = a.kv_events_replay_endpoint().unwrap().to_owned();
-    let config = gateway_config(vec![backend(&a), backend(&b)], port(&events), port(&replay));
+    let config = kv_sync_config(vec![backend(&a), backend(&b)], port(&events), port(&replay));
     let gateway = gateway::start(config).await.unwrap();
     wait_for_metrics(&client, &gateway, "both subscriptions replayed", |m| {
         ["a", "b"].iter().all(|pod| {
@@ -250,7 +231,7 @@ async fn an_adapters_blocks_do_not_match_requests_for_the_base_model() {
     let endpoint = publisher.bind("tcp://127.0.0.1:0").await.unwrap();
     let a = spawn_replica(fast_replica("a")).await.unwrap();
     let b = spawn_replica(fast_replica("b")).await.unwrap();
-    let config = gateway_config(
+    let config = kv_sync_config(
         vec![backend(&a), backend(&b)],
         port(&endpoint.to_string()),
         0,

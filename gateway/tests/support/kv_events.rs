@@ -3,13 +3,14 @@
 //! per-pod last applied sequence number read from the gateway's metrics.
 
 use bytes::Bytes;
+use gateway::GatewayConfig;
 use gateway::config::BackendConfig;
 use mock_engine::kv_events::wire::seq_frame;
 use mock_engine::model::EngineProfile;
 use mock_engine::server::{FailurePlan, ReplicaConfig, ReplicaHandle};
 use zeromq::{PubSocket, SocketSend, ZmqMessage};
 
-use super::MOCK_MODEL;
+use super::{MOCK_MODEL, loopback_config, with_quick_retries};
 
 /// A replica on loopback port 0 with the never-busy `fast` profile, engine time ×10.
 pub fn fast_replica(name: &str) -> ReplicaConfig {
@@ -30,6 +31,21 @@ pub fn backend(handle: &ReplicaHandle) -> BackendConfig {
         url: handle.url(),
         model: Some(MOCK_MODEL.to_owned()),
     }
+}
+
+/// A gateway in front of `backends` with KV-event sync on, subscribed to the `events` and
+/// `replay` ports on each backend's host, with reconnects and renewals quick enough for a
+/// test.
+pub fn kv_sync_config(backends: Vec<BackendConfig>, events: u16, replay: u16) -> GatewayConfig {
+    let mut config = with_quick_retries(loopback_config());
+    config.backends = backends;
+    config.kv_sync.enabled = true;
+    config.kv_sync.port = events;
+    config.kv_sync.replay_port = replay;
+    // A batch published while a subscription is still forming is caught by the next
+    // renewal's replay.
+    config.kv_sync.idle_resubscribe_ms = 500;
+    config
 }
 
 /// The port of a `tcp://IP:PORT` endpoint.
