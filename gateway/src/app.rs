@@ -16,11 +16,11 @@ use router_core::Strategy;
 use router_core::text::Endpoint;
 use tokio::time::Instant;
 
-use crate::error::GatewayError;
-use crate::inference::inference;
 use crate::metrics::Metrics;
-use crate::proxy::UpstreamClient;
 use crate::replicas::Replicas;
+use crate::request::error::GatewayError;
+use crate::request::inference::inference;
+use crate::request::proxy::UpstreamClient;
 
 /// Settings the request path reads on every request.
 #[derive(Debug, Clone)]
@@ -84,7 +84,10 @@ impl AppState {
             router: router_core::Router::new(router_core::RouterConfig::default()).unwrap(),
             replicas: Arc::new(Replicas::new(replicas)),
             metrics: Metrics::new().unwrap(),
-            client: crate::proxy::upstream_client(Duration::from_secs(1), Duration::from_secs(1)),
+            client: crate::request::proxy::upstream_client(
+                Duration::from_secs(1),
+                Duration::from_secs(1),
+            ),
             settings: RequestSettings {
                 default_strategy: Strategy::LeastRequest,
                 max_body_bytes: 1024,
@@ -156,7 +159,7 @@ async fn ready(State(state): State<Arc<AppState>>) -> Response {
         axum::Json(serde_json::json!({"status": "ready"})).into_response()
     } else {
         let error = GatewayError::NoReadyReplica(String::new());
-        let body = crate::error::openai_error(
+        let body = crate::request::error::openai_error(
             StatusCode::SERVICE_UNAVAILABLE,
             "no ready replica",
             error.code(),
@@ -183,8 +186,8 @@ async fn unknown_path(request: Request) -> Response {
         GatewayError::UnknownPath(format!("{} {}", request.method(), request.uri().path()))
             .into_response();
     response.headers_mut().insert(
-        crate::headers::REQUEST_ID,
-        crate::headers::request_id(request.headers()),
+        crate::request::headers::REQUEST_ID,
+        crate::request::headers::request_id(request.headers()),
     );
     response
 }

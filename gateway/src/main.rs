@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use gateway::GatewayConfig;
-use gateway::cli::{Cli, Command, RouteReplayArgs};
+use gateway::config::cli::{Cli, Command, RouteReplayArgs};
 
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
@@ -57,8 +57,8 @@ async fn serve(config: GatewayConfig) -> anyhow::Result<()> {
         )
         .init();
     let grace = config.shutdown_grace();
-    let mut signals =
-        gateway::shutdown::StopSignals::register().context("cannot register signal handlers")?;
+    let mut signals = gateway::edge::shutdown::StopSignals::register()
+        .context("cannot register signal handlers")?;
     let handle = gateway::start(config)
         .await
         .context("cannot start prefixgate")?;

@@ -31,8 +31,8 @@ use std::path::Path;
 
 use clap::Parser;
 use gateway::GatewayConfig;
-use gateway::cli::Cli;
 use gateway::config::DiscoveryKind;
+use gateway::config::cli::Cli;
 use kv_sync::assert_engines_match_kv_sync;
 use render::{
     CHART, NAMESPACE, RELEASE, Rendered, args, ci_cases, helm, lint, list, named, render, scratch,

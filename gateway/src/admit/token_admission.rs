@@ -16,8 +16,8 @@ use tokio::time::Instant;
 use super::request_cost::{self, RequestCost, UsageScan};
 use super::token_rate::{Refusal, TokenCharge, TokenLimit};
 use super::{Admission, AdmissionConfig};
-use crate::error::GatewayError;
 use crate::metrics::Metrics;
+use crate::request::error::GatewayError;
 
 /// A token burst left unset is this many seconds of the rate: enough for one long request
 /// (an 8K-token prompt plus its completion at 1 000 tokens/s) after a pause, without letting

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use router_core::EngineStats;
 
-use crate::proxy::UpstreamClient;
 use crate::replicas::Replicas;
 use crate::replicas::health::get;
+use crate::request::proxy::UpstreamClient;
 
 /// Reads the three vLLM gauges from a Prometheus text exposition.
 pub fn parse_engine_stats(text: &str) -> Option<EngineStats> {

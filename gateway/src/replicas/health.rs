@@ -14,8 +14,8 @@ use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 
 use crate::metrics::Metrics;
-use crate::proxy::UpstreamClient;
 use crate::replicas::{HealthChange, Replica, Replicas};
+use crate::request::proxy::UpstreamClient;
 
 /// The health checker's settings.
 #[derive(Debug, Clone, Copy)]

@@ -105,7 +105,7 @@ pub struct PhaseDef {
     pub tenants: BTreeMap<String, TenantDef>,
     /// Local mode: replicas for this phase (default: `--replicas`).
     pub replicas: Option<usize>,
-    /// Local mode: the gateway's `[admission]` table for this phase (gateway/src/admit.rs).
+    /// Local mode: the gateway's `[admission]` table for this phase (gateway/src/admit/).
     pub admission: Option<AdmissionConfig>,
     /// Why the phase needs a real cluster; such phases run only when named by `--phases`.
     pub cluster_only: Option<String>,

@@ -25,8 +25,8 @@ use router_core::OutstandingGuard;
 use tokio::time::{Instant, Sleep};
 
 use crate::admit::{AdmissionPermit, TokenHold};
-use crate::error::openai_error;
 use crate::metrics::Metrics;
+use crate::request::error::openai_error;
 
 /// Why a response body stopped early.
 #[derive(Debug, thiserror::Error)]

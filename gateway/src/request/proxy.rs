@@ -24,10 +24,10 @@ use router_core::text::RoutingFields;
 use tokio::time::Instant;
 
 use crate::app::AppState;
-use crate::error::GatewayError;
-use crate::headers;
-use crate::pick::{Picked, pick};
 use crate::replicas::{HealthChange, Replica};
+use crate::request::error::GatewayError;
+use crate::request::headers;
+use crate::request::pick::{Picked, pick};
 
 /// The pooled upstream HTTP/1 client.
 pub type UpstreamClient = Client<HttpConnector, Full<Bytes>>;

@@ -1,9 +1,9 @@
 //! The request path of the OpenAI inference endpoints, step by step:
-//! admit ([`crate::admit`]) → read and parse the body ([`crate::parse`]) → charge the
+//! admit ([`crate::admit`]) → read and parse the body ([`crate::request::parse`]) → charge the
 //! tenant's tokens ([`crate::admit::Admission::charge_tokens`]) → choose a strategy and a replica
-//! ([`crate::pick`]) → forward with retries ([`crate::proxy`]) → answer with the replica's
-//! status and headers plus prefixgate's routing headers ([`crate::headers`]) and a body that
-//! releases the pod when it ends ([`crate::release`]).
+//! ([`crate::request::pick`]) → forward with retries ([`crate::request::proxy`]) → answer with the replica's
+//! status and headers plus prefixgate's routing headers ([`crate::request::headers`]) and a body that
+//! releases the pod when it ends ([`crate::request::release`]).
 //!
 //! Errors before the response are answered here, OpenAI-shaped, with the request id.
 
@@ -16,13 +16,13 @@ use http::HeaderValue;
 use router_core::text::Endpoint;
 
 use crate::app::AppState;
-use crate::error::GatewayError;
-use crate::headers;
 use crate::kv_sync::engine_tokens;
-use crate::parse;
-use crate::pick;
-use crate::proxy::{self, Forwarded};
-use crate::release::{Completion, GuardedBody};
+use crate::request::error::GatewayError;
+use crate::request::headers;
+use crate::request::parse;
+use crate::request::pick;
+use crate::request::proxy::{self, Forwarded};
+use crate::request::release::{Completion, GuardedBody};
 
 /// Serves one chat, completion or embedding request.
 pub async fn inference(

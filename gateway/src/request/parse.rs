@@ -12,7 +12,7 @@ use http::HeaderMap;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use router_core::text::{Endpoint, RoutingFields, routing_fields};
 
-use crate::error::GatewayError;
+use crate::request::error::GatewayError;
 
 /// A client gets this long to send its whole body, so a trickling body cannot hold a
 /// connection and an admission place forever.

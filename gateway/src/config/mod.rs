@@ -3,7 +3,7 @@
 //! One [`GatewayConfig`] describes a whole gateway. It is read from `--config FILE` (every
 //! table `deny_unknown_fields`, so a typo is an error naming the key), then AIBrix's
 //! environment variables override the `[routing]` table, then flags override both (see
-//! [`crate::cli`]). Durations are integers with their unit in the key name, so a file never
+//! [`crate::config::cli`]). Durations are integers with their unit in the key name, so a file never
 //! needs a duration syntax.
 
 use std::net::SocketAddr;
@@ -13,11 +13,13 @@ use std::time::Duration;
 use router_core::{RouterConfig, Strategy};
 use serde::Deserialize;
 
+pub mod cli;
+
 use crate::admit::{Admission, AdmissionConfig};
+pub use crate::edge::tls::TlsConfig;
+use crate::edge::tls::TlsError;
 pub use crate::kv_sync::KvSyncConfig;
 pub use crate::replicas::discovery::{DiscoveryConfig, DiscoveryKind};
-pub use crate::tls::TlsConfig;
-use crate::tls::TlsError;
 
 /// A configuration that cannot be used; the message names the key or file.
 #[derive(Debug, thiserror::Error)]
@@ -364,7 +366,7 @@ mod tests {
 
     #[test]
     fn the_example_file_is_the_defaults() {
-        let text = include_str!("../../config/gateway.example.toml");
+        let text = include_str!("../../../config/gateway.example.toml");
         let config = GatewayConfig::from_toml_str(text).unwrap();
         config.validate().unwrap();
         assert_eq!(config, GatewayConfig::default());
@@ -503,3 +505,6 @@ mod tests {
         assert!(error.to_string().contains("backends[1].name"), "{error}");
     }
 }
+
+#[cfg(test)]
+mod cli_tests;

@@ -3,7 +3,7 @@
 //!
 //! Everything that can be wrong with the files is found once, at start-up, and named (the
 //! file, and what is wrong with it): a gateway that starts can serve TLS. The handshakes
-//! themselves happen per connection in [`crate::listener`]. The provider is ring's, as for
+//! themselves happen per connection in [`crate::edge::listener`]. The provider is ring's, as for
 //! the Kubernetes client, so nothing needs cmake or aws-lc. The metrics listener never uses
 //! TLS: it is scraped from inside the cluster.
 
@@ -351,7 +351,7 @@ mod tests {
     fn flags_override_the_file_one_by_one_and_one_alone_is_refused() {
         use clap::Parser;
         let cli = |args: &[&str]| {
-            crate::cli::Cli::try_parse_from(
+            crate::config::cli::Cli::try_parse_from(
                 std::iter::once("prefixgate").chain(args.iter().copied()),
             )
             .unwrap()

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 
-use crate::cli::*;
+use crate::config::cli::*;
 use crate::config::{DiscoveryKind, GatewayConfig};
 
 fn parse(args: &[&str]) -> Cli {

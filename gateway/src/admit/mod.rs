@@ -24,8 +24,8 @@ use dashmap::DashMap;
 use http::HeaderMap;
 use serde::Deserialize;
 
-use crate::error::GatewayError;
 use crate::metrics::Metrics;
+use crate::request::error::GatewayError;
 
 pub mod request_cost;
 mod token_admission;

@@ -20,13 +20,13 @@ use tokio::task::JoinHandle;
 use crate::admit::Admission;
 use crate::app::{AppState, Clock, RequestSettings, app, metrics_app};
 use crate::config::{ConfigFileError, DiscoveryKind, GatewayConfig};
-use crate::listener;
+use crate::edge::listener;
+use crate::edge::tls::TlsError;
 use crate::metrics::{Metrics, MetricsError};
-use crate::proxy::upstream_client;
 use crate::replicas::embedded::{self, EmbeddedReplicas};
 use crate::replicas::health::{self, HealthSettings};
 use crate::replicas::{Replicas, engine_scrape, kubernetes, static_};
-use crate::tls::TlsError;
+use crate::request::proxy::upstream_client;
 
 /// How long start-up waits for the first pod list before serving without replicas (the
 /// watch keeps trying; `/ready` answers 503 until a pod is routable).

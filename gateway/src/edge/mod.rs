@@ -1,0 +1,13 @@
+//! The network edge: sockets in, a running gateway out.
+//!
+//! - [`listener`]: the accept loop (HTTP/1.1 and HTTP/2 on one port, TLS when configured),
+//!   connection limits and graceful drain;
+//! - [`tls`]: the `[tls]` settings and the certificate and key loaded into an acceptor;
+//! - [`server`]: [`server::start`] turns a configuration into listeners plus background
+//!   tasks, and [`server::GatewayHandle`] stops them;
+//! - [`shutdown`]: the stop signals the binary waits for.
+
+pub mod listener;
+pub mod server;
+pub mod shutdown;
+pub mod tls;
