@@ -14,16 +14,19 @@
 //! - [`admit`]: admission (API keys, in-flight caps, tenant token rates);
 //! - [`config`]: the settings and how they are read.
 //!
-//! [`metrics`] records what happens; [`app`] holds the shared state.
+//! Leaves beside them: [`state`] (what the handlers share), [`upstream`] (the pooled client
+//! to the replicas), [`clock`] (the index's time base), [`metrics`] (what happened).
 
 pub mod admit;
-pub mod app;
+pub mod clock;
 pub mod config;
 pub mod edge;
 pub mod kv_sync;
 pub mod metrics;
 pub mod replicas;
 pub mod request;
+pub mod state;
+pub mod upstream;
 
 pub use config::GatewayConfig;
 pub use edge::server::{GatewayHandle, StartError, start};

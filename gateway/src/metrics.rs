@@ -19,8 +19,7 @@ use prometheus::{
 };
 use router_core::Decision;
 
-use crate::kv_sync::KvSyncMetrics;
-use crate::replicas::Replica;
+use crate::kv_sync::metrics::KvSyncMetrics;
 
 /// Every metric the gateway exports (cheap to clone: one shared `Arc`).
 #[derive(Debug, Clone)]
@@ -50,6 +49,15 @@ struct Families {
     ejections: IntCounterVec,
     readmissions: IntCounterVec,
     admission_rejections: IntCounterVec,
+}
+
+/// One replica's per-pod gauges as a scrape reads them (metrics know pods by name only, not
+/// the replica set).
+#[derive(Debug, Clone, Copy)]
+pub struct PodGauges<'a> {
+    pub pod: &'a str,
+    pub outstanding: u64,
+    pub ready: bool,
 }
 
 /// A metric could not be registered (a name clash: a programming error caught by tests).
@@ -357,18 +365,18 @@ impl Metrics {
         self.families.readmissions.with_label_values(&[pod]).inc();
     }
 
-    /// The text exposition, with per-pod gauges refreshed from `replicas` first.
-    pub fn render(&self, replicas: &[std::sync::Arc<Replica>]) -> String {
-        for replica in replicas {
-            let outstanding = i64::try_from(replica.load().outstanding()).unwrap_or(i64::MAX);
+    /// The text exposition, with the per-pod gauges refreshed from `pods` first.
+    pub fn render<'a>(&self, pods: impl IntoIterator<Item = PodGauges<'a>>) -> String {
+        for pod in pods {
+            let outstanding = i64::try_from(pod.outstanding).unwrap_or(i64::MAX);
             self.families
                 .outstanding
-                .with_label_values(&[replica.name()])
+                .with_label_values(&[pod.pod])
                 .set(outstanding);
             self.families
                 .ready
-                .with_label_values(&[replica.name()])
-                .set(i64::from(replica.is_ready()));
+                .with_label_values(&[pod.pod])
+                .set(i64::from(pod.ready));
         }
         let mut buffer = Vec::new();
         if let Err(error) = TextEncoder::new().encode(&self.families.registry.gather(), &mut buffer)
@@ -407,7 +415,7 @@ mod tests {
         let d = decision(Some(Selection::PrefixMatch), Some(80), true);
         metrics.record_decision("m", &d, Duration::from_micros(15));
         metrics.record_routing_error("m", "tokenize_failed", Duration::from_micros(1));
-        let text = metrics.render(&[]);
+        let text = metrics.render([]);
         for line in [
             r#"aibrix_prefix_cache_routing_decisions_total{match_percent_bucket="76-100",model="m",using_kv_sync="false"} 1"#,
             r#"aibrix_prefix_cache_routing_selection_total{model="m",selection="prefix_match",using_kv_sync="false"} 1"#,
@@ -438,7 +446,7 @@ mod tests {
         zmq.events_processed
             .with_label_values(&["pod-a", "BlockStored"])
             .inc();
-        let text = metrics.render(&[]);
+        let text = metrics.render([]);
         for line in [
             r#"aibrix_prefix_cache_routing_decisions_total{match_percent_bucket="76-100",model="m",using_kv_sync="true"} 1"#,
             r#"aibrix_prefix_cache_routing_errors_total{model="m",reason="tokenize_failed",using_kv_sync="true"} 1"#,
@@ -453,7 +461,7 @@ mod tests {
         assert!(
             !Metrics::new()
                 .unwrap()
-                .render(&[])
+                .render([])
                 .contains("aibrix_kvcache_zmq")
         );
     }
@@ -465,7 +473,7 @@ mod tests {
         let mut other = decision(Some(Selection::CostModel), Some(50), false);
         other.strategy = Strategy::LeastRequest;
         metrics.record_decision("m", &other, Duration::from_micros(5));
-        let text = metrics.render(&[]);
+        let text = metrics.render([]);
         assert!(
             !text.contains("aibrix_prefix_cache_routing_decisions_total{"),
             "{text}"
@@ -482,7 +490,7 @@ mod tests {
         let mut d = decision(Some(Selection::CostModel), Some(40), true);
         d.strategy = Strategy::PrefixLoad;
         metrics.record_decision("m", &d, Duration::from_micros(5));
-        let text = metrics.render(&[]);
+        let text = metrics.render([]);
         for line in [
             r#"aibrix_prefix_cache_routing_decisions_total{match_percent_bucket="26-50",model="m",using_kv_sync="false"} 1"#,
             r#"aibrix_prefix_cache_routing_selection_total{model="m",selection="cost_model",using_kv_sync="false"} 1"#,
@@ -500,7 +508,7 @@ mod tests {
         clone.record_request("m", "a", 200);
         // Outside StatusCode's range: still counted, under its decimal text.
         metrics.record_request("m", "", 1000);
-        let text = metrics.render(&[]);
+        let text = metrics.render([]);
         for line in [
             r#"prefixgate_requests_total{code="200",model="m",pod="a"} 2"#,
             r#"prefixgate_requests_total{code="1000",model="m",pod=""} 1"#,
@@ -510,23 +518,29 @@ mod tests {
     }
 
     #[test]
-    fn per_pod_gauges_follow_the_load_view() {
+    fn per_pod_gauges_show_what_they_are_given() {
         let metrics = Metrics::new().unwrap();
-        let replica = std::sync::Arc::new(Replica::new("a", "h:1", vec![]));
-        let guard = replica.load().acquire();
-        let text = metrics.render(std::slice::from_ref(&replica));
+        let pod = |outstanding, ready| PodGauges {
+            pod: "a",
+            outstanding,
+            ready,
+        };
+        let text = metrics.render([pod(1, true)]);
         assert!(
             text.contains(r#"prefixgate_outstanding_requests{pod="a"} 1"#),
             "{text}"
         );
-        drop(guard);
-        let text = metrics.render(&[replica]);
+        assert!(
+            text.contains(r#"prefixgate_replica_ready{pod="a"} 1"#),
+            "{text}"
+        );
+        let text = metrics.render([pod(0, false)]);
         assert!(
             text.contains(r#"prefixgate_outstanding_requests{pod="a"} 0"#),
             "{text}"
         );
         assert!(
-            text.contains(r#"prefixgate_replica_ready{pod="a"} 1"#),
+            text.contains(r#"prefixgate_replica_ready{pod="a"} 0"#),
             "{text}"
         );
     }

@@ -343,7 +343,7 @@ mod tests {
         assert!(charge(&admission, &metrics, Some("C"), 15, 50).is_ok());
         tokio::time::advance(std::time::Duration::from_millis(4_500)).await;
         assert!(charge(&admission, &metrics, Some("B"), 15, 50).is_ok());
-        let text = metrics.render(&[]);
+        let text = metrics.render([]);
         assert!(
             text.contains(r#"prefixgate_admission_rejections_total{reason="token_rate"} 1"#),
             "{text}"
@@ -359,7 +359,7 @@ mod tests {
         assert_eq!(error.param(), Some("max_tokens"));
         assert!(error.to_string().contains("token burst 100"), "{error}");
         assert_eq!(admission.tracked_token_buckets(), 0);
-        let text = metrics.render(&[]);
+        let text = metrics.render([]);
         assert!(
             text.contains(r#"prefixgate_admission_rejections_total{reason="token_burst"} 1"#),
             "{text}"

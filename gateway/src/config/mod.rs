@@ -14,38 +14,16 @@ use router_core::{RouterConfig, Strategy};
 use serde::Deserialize;
 
 pub mod cli;
+pub mod error;
+
+pub use error::ConfigFileError;
+pub(crate) use error::invalid;
 
 use crate::admit::{Admission, AdmissionConfig};
 pub use crate::edge::tls::TlsConfig;
-use crate::edge::tls::TlsError;
 pub use crate::kv_sync::KvSyncConfig;
 pub use crate::replicas::discovery::{DiscoveryConfig, DiscoveryKind};
-
-/// A configuration that cannot be used; the message names the key or file.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigFileError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("config file {path}: {message}")]
-    Parse { path: String, message: String },
-    #[error("invalid {key} = {value:?}: {reason}")]
-    Invalid {
-        key: String,
-        value: String,
-        reason: String,
-    },
-    /// The `[admission]` table is inconsistent; the message names the keys.
-    #[error("invalid admission settings: {0}")]
-    Admission(String),
-    #[error(transparent)]
-    Routing(#[from] router_core::ConfigError),
-    /// Only one of the `[tls]` files is given.
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-}
+pub use crate::replicas::static_::BackendConfig;
 
 /// Everything a gateway needs to start.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -195,19 +173,6 @@ impl Default for EmbeddedConfig {
     }
 }
 
-/// One static replica.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BackendConfig {
-    /// The replica's name (the `target-pod` header).
-    pub name: String,
-    /// Base URL, `http://host:port`.
-    pub url: String,
-    /// The model it serves; read from its `/v1/models` when absent.
-    #[serde(default)]
-    pub model: Option<String>,
-}
-
 impl GatewayConfig {
     /// Reads and parses a TOML file (no environment or flags applied yet).
     pub fn from_file(path: &Path) -> Result<Self, ConfigFileError> {
@@ -342,14 +307,6 @@ impl GatewayConfig {
     }
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs)
-    }
-}
-
-pub(crate) fn invalid(key: &str, value: String, reason: &str) -> ConfigFileError {
-    ConfigFileError::Invalid {
-        key: key.to_owned(),
-        value,
-        reason: reason.to_owned(),
     }
 }
 

@@ -13,20 +13,24 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use router_core::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::admit::Admission;
-use crate::app::{AppState, Clock, RequestSettings, app, metrics_app};
+use crate::clock::Clock;
 use crate::config::{ConfigFileError, DiscoveryKind, GatewayConfig};
 use crate::edge::listener;
 use crate::edge::tls::TlsError;
+use crate::kv_sync::{self, SyncHandles};
 use crate::metrics::{Metrics, MetricsError};
 use crate::replicas::embedded::{self, EmbeddedReplicas};
 use crate::replicas::health::{self, HealthSettings};
 use crate::replicas::{Replicas, engine_scrape, kubernetes, static_};
-use crate::request::proxy::upstream_client;
+use crate::request::routes::{app, metrics_app};
+use crate::state::{AppState, RequestSettings};
+use crate::upstream::upstream_client;
 
 /// How long start-up waits for the first pod list before serving without replicas (the
 /// watch keeps trying; `/ready` answers 503 until a pod is routable).
@@ -87,7 +91,7 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     // Before anything starts: a bad certificate or key stops the start with nothing to undo.
     let tls = config.tls.acceptor()?;
     let default_strategy = config.default_strategy()?;
-    let router = router_core::Router::new(config.routing.clone())?;
+    let router = Arc::new(Router::new(config.routing.clone())?);
     let metrics =
         Metrics::with_kv_sync_ranks(config.kv_sync.enabled, config.kv_sync.data_parallel_size)?;
     let admission = Admission::new(config.admission.clone()).map_err(StartError::Admission)?;
@@ -131,9 +135,10 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     };
     health::probe_all(&client, &replicas, &health_settings, &metrics).await;
 
+    let clock = Clock::new();
     let state = Arc::new(AppState {
         admission,
-        router,
+        router: Arc::clone(&router),
         replicas: Arc::clone(&replicas),
         metrics: metrics.clone(),
         client: client.clone(),
@@ -149,7 +154,7 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
                 .enabled
                 .then(|| config.kv_sync.tokenize_timeout()),
         },
-        clock: Clock::new(),
+        clock,
     });
 
     let bind = |addr: SocketAddr| async move {
@@ -191,12 +196,17 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
         ));
     }
     background.push(spawn_index_sweep(
-        Arc::clone(&state),
+        Arc::clone(&router),
+        clock,
         Duration::from_secs(config.routing.eviction_interval_secs.max(1)),
     ));
     if let Some(kv_metrics) = metrics.kv_sync() {
-        background.push(crate::kv_sync::spawn(
-            Arc::clone(&state),
+        background.push(kv_sync::spawn(
+            SyncHandles {
+                router: Arc::clone(&router),
+                replicas: Arc::clone(&replicas),
+                clock,
+            },
             config.kv_sync.clone(),
             kv_metrics.clone(),
         ));
@@ -244,13 +254,13 @@ fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, St
 }
 
 /// Removes expired prefix blocks every `interval` (AIBrix's eviction sweep).
-fn spawn_index_sweep(state: Arc<AppState>, interval: Duration) -> JoinHandle<()> {
+fn spawn_index_sweep(router: Arc<Router>, clock: Clock, interval: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            let removed = state.router.index().sweep(state.clock.now_ms());
+            let removed = router.index().sweep(clock.now_ms());
             if removed > 0 {
                 tracing::debug!(removed, "prefix index sweep");
             }

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{ConfigFileError, invalid};
+use crate::config::error::{ConfigFileError, invalid};
+use crate::replicas::kv_events::EventEndpoints;
 
 /// AIBrix's switch for KV-event sync.
 pub const ENV_ENABLED: &str = "AIBRIX_PREFIX_CACHE_KV_EVENT_SYNC_ENABLED";
@@ -67,44 +68,6 @@ impl Default for KvSyncConfig {
             data_parallel_size: 1,
         }
     }
-}
-
-/// Where one replica publishes its events.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventEndpoints {
-    /// `tcp://HOST:PORT` of the PUB socket.
-    pub events: String,
-    /// `tcp://HOST:PORT` of the replay ROUTER socket, if any.
-    pub replay: Option<String>,
-}
-
-impl EventEndpoints {
-    /// The endpoints of data-parallel rank `rank` when these are rank 0's: both ports
-    /// offset by the rank, as vLLM's publisher offsets them. `None` when a port cannot be
-    /// read or would pass 65535.
-    pub fn for_rank(&self, rank: u32) -> Option<EventEndpoints> {
-        if rank == 0 {
-            return Some(self.clone());
-        }
-        let replay = match &self.replay {
-            Some(replay) => Some(offset_port(replay, rank)?),
-            None => None,
-        };
-        Some(EventEndpoints {
-            events: offset_port(&self.events, rank)?,
-            replay,
-        })
-    }
-}
-
-/// `tcp://HOST:PORT` with `PORT + rank`.
-fn offset_port(endpoint: &str, rank: u32) -> Option<String> {
-    let (host, port) = endpoint.rsplit_once(':')?;
-    let port = port
-        .parse::<u16>()
-        .ok()?
-        .checked_add(u16::try_from(rank).ok()?)?;
-    Some(format!("{host}:{port}"))
 }
 
 impl KvSyncConfig {

@@ -19,7 +19,8 @@ use router_core::text::Endpoint;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::app::AppState;
+use crate::replicas::Replicas;
+use crate::upstream::UpstreamClient;
 
 /// Largest `/tokenize` answer read (a 128k-token prompt is about 1 MB of ids).
 const MAX_TOKENIZE_BODY: usize = 8 * 1024 * 1024;
@@ -58,15 +59,15 @@ pub fn tokenize_body(endpoint: Endpoint, model: &str, body: &[u8]) -> Option<Vec
 
 /// The prompt's ids as the router's byte stream, or `None` on any failure.
 pub async fn engine_tokens(
-    state: &AppState,
+    replicas: &Replicas,
+    client: &UpstreamClient,
     endpoint: Endpoint,
     model: &str,
     body: &[u8],
     timeout: Duration,
 ) -> Option<Vec<u8>> {
     let request_body = tokenize_body(endpoint, model, body)?;
-    let replica = state
-        .replicas
+    let replica = replicas
         .snapshot()
         .iter()
         .find(|r| r.is_ready() && r.serves(model))
@@ -76,7 +77,7 @@ pub async fn engine_tokens(
         .body(Full::new(Bytes::from(request_body)))
         .ok()?;
     let exchange = async {
-        let response = state.client.request(request).await.ok()?;
+        let response = client.request(request).await.ok()?;
         if !response.status().is_success() {
             return None;
         }

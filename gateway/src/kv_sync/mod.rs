@@ -29,11 +29,11 @@ use std::time::Duration;
 use router_core::kv_sync::PodSync;
 use tokio::task::JoinHandle;
 
-pub use config::{EventEndpoints, KvSyncConfig};
+pub use config::KvSyncConfig;
 pub use metrics::KvSyncMetrics;
 
-use crate::app::AppState;
-use crate::replicas::Replica;
+use crate::clock::Clock;
+use crate::replicas::{Replica, Replicas};
 
 /// How often the supervisor compares its subscribers with the replica set.
 pub const SUPERVISE_INTERVAL: Duration = Duration::from_millis(250);
@@ -54,15 +54,24 @@ impl Running {
     }
 }
 
+/// What KV sync works on, and nothing more of the app: the router whose index the events
+/// feed, the replica set it follows, and the clock the index ages by.
+#[derive(Debug, Clone)]
+pub struct SyncHandles {
+    pub router: Arc<router_core::Router>,
+    pub replicas: Arc<Replicas>,
+    pub clock: Clock,
+}
+
 /// Starts the supervisor; it runs until aborted, and its subscribers stop with it.
-pub fn spawn(state: Arc<AppState>, config: KvSyncConfig, metrics: KvSyncMetrics) -> JoinHandle<()> {
+pub fn spawn(handles: SyncHandles, config: KvSyncConfig, metrics: KvSyncMetrics) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut subscribers = Subscribers(HashMap::new());
         let mut ticker = tokio::time::interval(SUPERVISE_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            supervise(&state, &config, &metrics, &mut subscribers.0);
+            supervise(&handles, &config, &metrics, &mut subscribers.0);
         }
     })
 }
@@ -81,12 +90,12 @@ impl Drop for Subscribers {
 /// One supervision round: start subscribers for new replicas, restart ended ones, stop
 /// and forget those whose replica left.
 fn supervise(
-    state: &Arc<AppState>,
+    handles: &SyncHandles,
     config: &KvSyncConfig,
     metrics: &KvSyncMetrics,
     running: &mut HashMap<String, Running>,
 ) {
-    let snapshot = state.replicas.snapshot();
+    let snapshot = handles.replicas.snapshot();
     running.retain(|name, sub| {
         let present = snapshot
             .iter()
@@ -94,7 +103,7 @@ fn supervise(
         if !present {
             sub.abort();
             let mut sync = sub.sync.lock().unwrap_or_else(PoisonError::into_inner);
-            let removed = sync.clear(name, state.router.index());
+            let removed = sync.clear(name, handles.router.index());
             for rank in 0..config.data_parallel_size {
                 metrics.set_connection_status(name, rank, false);
             }
@@ -134,7 +143,8 @@ fn supervise(
                 continue;
             };
             *task = Some(tokio::spawn(subscriber::run(subscriber::Subscription {
-                state: Arc::clone(state),
+                router: Arc::clone(&handles.router),
+                clock: handles.clock,
                 replica: Arc::clone(replica),
                 rank,
                 endpoints,
@@ -152,6 +162,16 @@ mod tests {
 
     use super::*;
 
+    fn handles(replicas: Vec<Arc<Replica>>) -> SyncHandles {
+        SyncHandles {
+            router: Arc::new(
+                router_core::Router::new(router_core::RouterConfig::default()).unwrap(),
+            ),
+            replicas: Arc::new(Replicas::new(replicas)),
+            clock: Clock::new(),
+        }
+    }
+
     fn stored() -> KvEvent {
         KvEvent::BlockStored {
             block_hashes: vec![1, 2],
@@ -167,7 +187,7 @@ mod tests {
         let b = Arc::new(Replica::new("b", "127.0.0.1:2", vec!["m".into()]));
         let off =
             Arc::new(Replica::new("off", "127.0.0.1:3", vec!["m".into()]).without_kv_events());
-        let state = Arc::new(AppState::for_tests(vec![a.clone(), b.clone(), off]));
+        let state = handles(vec![a.clone(), b.clone(), off]);
         let registry = prometheus::Registry::new();
         let metrics = KvSyncMetrics::register(&registry).unwrap();
         let config = KvSyncConfig {
@@ -222,7 +242,7 @@ mod tests {
     #[tokio::test]
     async fn every_rank_of_a_replica_gets_a_subscriber_restarted_on_its_own() {
         let a = Arc::new(Replica::new("a", "127.0.0.1:1", vec!["m".into()]));
-        let state = Arc::new(AppState::for_tests(vec![a]));
+        let state = handles(vec![a]);
         let registry = prometheus::Registry::new();
         let metrics = KvSyncMetrics::register_ranked(&registry, 3).unwrap();
         let config = KvSyncConfig {

@@ -35,10 +35,11 @@ use bytes::Bytes;
 use router_core::kv_sync::{KvEvent, PodSync, decode_batch, index_models};
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
-use crate::app::AppState;
-use crate::kv_sync::config::{EventEndpoints, KvSyncConfig};
+use crate::clock::Clock;
+use crate::kv_sync::config::KvSyncConfig;
 use crate::kv_sync::metrics::KvSyncMetrics;
 use crate::replicas::Replica;
+use crate::replicas::kv_events::EventEndpoints;
 
 /// The seq frame of the replay's end marker.
 const END_OF_REPLAY: u64 = u64::MAX;
@@ -49,7 +50,10 @@ const MAX_REPLAY_MESSAGES: usize = 1_000_000;
 /// What one subscriber needs.
 #[derive(Debug)]
 pub struct Subscription {
-    pub state: Arc<AppState>,
+    /// The router whose index the events feed.
+    pub router: Arc<router_core::Router>,
+    /// The index's clock.
+    pub clock: Clock,
     pub replica: Arc<Replica>,
     /// The data-parallel rank this stream is (0 for a single-engine replica).
     pub rank: u32,
@@ -338,9 +342,9 @@ impl Applier<'_> {
                 .inc_by(skipped);
         }
         let models = self.subscription.replica.models();
-        let state = &self.subscription.state;
-        let now = state.clock.now_ms();
-        let settings = state.router.kv_sync_settings();
+        let router = &self.subscription.router;
+        let now = self.subscription.clock.now_ms();
+        let settings = router.kv_sync_settings();
         let mut failures = Vec::new();
         {
             let mut sync = self
@@ -357,15 +361,7 @@ impl Applier<'_> {
                     .events_received
                     .with_label_values(&[&pod, kind])
                     .inc();
-                match sync.apply_rank(
-                    rank,
-                    event,
-                    &pod,
-                    &models,
-                    state.router.index(),
-                    &settings,
-                    now,
-                ) {
+                match sync.apply_rank(rank, event, &pod, &models, router.index(), &settings, now) {
                     Ok(_) => self
                         .subscription
                         .metrics
@@ -398,7 +394,7 @@ impl Applier<'_> {
         sync.clear_rank(
             self.subscription.rank,
             &pod,
-            self.subscription.state.router.index(),
+            self.subscription.router.index(),
         );
         self.last = None;
     }

@@ -7,7 +7,7 @@
 
 use serde::Deserialize;
 
-use crate::config::{ConfigFileError, invalid};
+use crate::config::error::{ConfigFileError, invalid};
 
 /// Where replicas come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

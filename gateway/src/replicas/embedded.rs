@@ -13,8 +13,8 @@ use mock_engine::model::EngineProfile;
 use mock_engine::server::{FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica_with_events};
 
 use crate::config::EmbeddedConfig;
-use crate::kv_sync::EventEndpoints;
 use crate::replicas::Replica;
+use crate::replicas::kv_events::EventEndpoints;
 
 /// Running embedded replicas; shut down with the gateway.
 #[derive(Debug, Default)]

@@ -13,7 +13,7 @@ use router_core::EngineStats;
 
 use crate::replicas::Replicas;
 use crate::replicas::health::get;
-use crate::request::proxy::UpstreamClient;
+use crate::upstream::UpstreamClient;
 
 /// Reads the three vLLM gauges from a Prometheus text exposition.
 pub fn parse_engine_stats(text: &str) -> Option<EngineStats> {

@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, Full};
 
 use crate::metrics::Metrics;
 use crate::replicas::{HealthChange, Replica, Replicas};
-use crate::request::proxy::UpstreamClient;
+use crate::upstream::UpstreamClient;
 
 /// The health checker's settings.
 #[derive(Debug, Clone, Copy)]

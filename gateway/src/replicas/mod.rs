@@ -7,7 +7,8 @@
 //! each have their own module: [`discovery`] (the `[discovery]` settings), [`static_`] (flags
 //! and config file), [`embedded`] (in-process mock engines), [`kubernetes`] (pods watched
 //! through the API server), [`health`] (active probes, ejection, re-admission, model
-//! discovery) and [`engine_scrape`] (vLLM gauges into the load view). Health checks and the
+//! discovery), [`engine_scrape`] (vLLM gauges into the load view) and [`kv_events`] (where a
+//! replica publishes KV-cache events). Health checks and the
 //! scrape read the current snapshot on every tick, so they cover whatever discovery has put
 //! there.
 
@@ -16,6 +17,7 @@ pub mod embedded;
 pub mod engine_scrape;
 pub mod health;
 pub mod kubernetes;
+pub mod kv_events;
 pub mod static_;
 
 use std::sync::Arc;
@@ -24,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use arc_swap::ArcSwap;
 use router_core::PodLoad;
 
-use crate::kv_sync::EventEndpoints;
+use self::kv_events::EventEndpoints;
 
 /// One upstream replica.
 #[derive(Debug)]

@@ -6,8 +6,22 @@
 
 use std::sync::Arc;
 
-use crate::config::BackendConfig;
+use serde::Deserialize;
+
 use crate::replicas::Replica;
+
+/// One static replica.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// The replica's name (the `target-pod` header).
+    pub name: String,
+    /// Base URL, `http://host:port`.
+    pub url: String,
+    /// The model it serves; read from its `/v1/models` when absent.
+    #[serde(default)]
+    pub model: Option<String>,
+}
 
 /// Parses one `--backend NAME=URL` flag value.
 pub fn parse_backend_flag(value: &str) -> Result<BackendConfig, String> {

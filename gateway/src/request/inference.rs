@@ -15,7 +15,6 @@ use axum::response::{IntoResponse, Response};
 use http::HeaderValue;
 use router_core::text::Endpoint;
 
-use crate::app::AppState;
 use crate::kv_sync::engine_tokens;
 use crate::request::error::GatewayError;
 use crate::request::headers;
@@ -23,6 +22,7 @@ use crate::request::parse;
 use crate::request::pick;
 use crate::request::proxy::{self, Forwarded};
 use crate::request::release::{Completion, GuardedBody};
+use crate::state::AppState;
 
 /// Serves one chat, completion or embedding request.
 pub async fn inference(
@@ -69,8 +69,15 @@ async fn serve(
             .charge_tokens(&parts.headers, endpoint, &bytes, &fields, &state.metrics)?;
     let engine_tokens = match state.settings.engine_tokenize_timeout {
         Some(timeout) if strategy.uses_prefix_index() => {
-            let tokens =
-                engine_tokens::engine_tokens(state, endpoint, &fields.model, &bytes, timeout).await;
+            let tokens = engine_tokens::engine_tokens(
+                &state.replicas,
+                &state.client,
+                endpoint,
+                &fields.model,
+                &bytes,
+                timeout,
+            )
+            .await;
             if tokens.is_none() {
                 // Routed on the text tokenizer instead: its hashes will not meet the
                 // engine-fed ones, so the decision may miss a cached prefix.

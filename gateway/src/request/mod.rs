@@ -1,4 +1,5 @@
-//! The request path, one module per step (DESIGN.md): [`inference`] ties the steps of an
+//! The request path, one module per step (DESIGN.md). [`routes`] maps the listeners' paths
+//! to handlers; [`inference`] ties the steps of an
 //! OpenAI inference request together: admit ([`crate::admit`]) → [`parse`] the body just
 //! enough to route → charge the tenant's tokens → [`pick`] a replica through router-core →
 //! [`proxy`] the bytes upstream with bounded retries → stream the answer back in a
@@ -12,3 +13,4 @@ pub mod parse;
 pub mod pick;
 pub mod proxy;
 pub mod release;
+pub mod routes;

@@ -13,10 +13,10 @@ use http::HeaderMap;
 use router_core::text::{Endpoint, RoutingFields};
 use router_core::{Candidate, Decision, OutstandingGuard, RouteError, RouteRequest, Strategy};
 
-use crate::app::AppState;
 use crate::replicas::Replica;
 use crate::request::error::GatewayError;
 use crate::request::headers::ROUTING_STRATEGY;
+use crate::state::AppState;
 
 /// A chosen replica, the decision that chose it, and the request's hold on it.
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 //! Steps 4–5 of the request path: forward the bytes upstream, with bounded retries.
 //!
-//! The upstream client is hyper-util's pooled client with TCP_NODELAY and a connect timeout.
+//! Requests go through the shared pooled client of [`crate::upstream`].
 //! An attempt that fails **before any response byte** (connect refused, reset, or a 502/503
 //! status) is retried on another replica chosen by the same policy, at most `max_retries`
 //! times; nothing has reached the client yet, so a retry is invisible to it. When no other
@@ -9,38 +9,21 @@
 //! timeout is not retried (the request may be running there) and the client gets 504. Once headers arrive, the response is committed.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use router_core::Strategy;
 use router_core::text::RoutingFields;
 use tokio::time::Instant;
 
-use crate::app::AppState;
 use crate::replicas::{HealthChange, Replica};
 use crate::request::error::GatewayError;
 use crate::request::headers;
 use crate::request::pick::{Picked, pick};
-
-/// The pooled upstream HTTP/1 client.
-pub type UpstreamClient = Client<HttpConnector, Full<Bytes>>;
-
-/// A client with TCP_NODELAY, the connect timeout and the pool's idle timeout.
-pub fn upstream_client(connect_timeout: Duration, pool_idle: Duration) -> UpstreamClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(connect_timeout));
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(pool_idle)
-        .build(connector)
-}
+use crate::state::AppState;
 
 /// A response whose headers arrived, with the pick it came from.
 #[derive(Debug)]

@@ -1,106 +1,24 @@
 //! The gateway's HTTP surface as functions: [`app`] for the OpenAI listener and
-//! [`metrics_app`] for the metrics listener, both over one shared [`AppState`].
+//! [`metrics_app`] for the metrics listener, both over one shared [`AppState`], with the
+//! small handlers (`/v1/models`, `/health`, `/ready`, `/metrics`, unknown paths); the
+//! inference endpoints are [`super::inference`].
 //!
 //! Keeping the routers as plain functions of their state lets unit tests drive them with
 //! `oneshot` and lets [`crate::start`] bind them to real sockets.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use router_core::Strategy;
 use router_core::text::Endpoint;
-use tokio::time::Instant;
 
-use crate::metrics::Metrics;
-use crate::replicas::Replicas;
+use crate::metrics::PodGauges;
 use crate::request::error::GatewayError;
 use crate::request::inference::inference;
-use crate::request::proxy::UpstreamClient;
-
-/// Settings the request path reads on every request.
-#[derive(Debug, Clone)]
-pub struct RequestSettings {
-    pub default_strategy: Strategy,
-    pub max_body_bytes: usize,
-    pub first_byte_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub max_retries: u32,
-    /// Consecutive refused connections before a replica is ejected (passive health).
-    pub eject_after_failures: u32,
-    /// With KV-event sync on, how long a request waits for the engine's `/tokenize`;
-    /// `None` when sync is off (prompts are tokenized by the router's own tokenizer).
-    pub engine_tokenize_timeout: Option<Duration>,
-}
-
-/// Milliseconds since the gateway started, on tokio's clock (pausable in tests); the
-/// router's index ages blocks by it.
-#[derive(Debug, Clone, Copy)]
-pub struct Clock {
-    start: Instant,
-}
-
-impl Clock {
-    pub fn new() -> Self {
-        Clock {
-            start: Instant::now(),
-        }
-    }
-
-    pub fn now_ms(&self) -> router_core::Millis {
-        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-}
-
-impl Default for Clock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// Everything the handlers share.
-#[derive(Debug)]
-pub struct AppState {
-    pub admission: crate::admit::Admission,
-    pub router: router_core::Router,
-    pub replicas: Arc<Replicas>,
-    pub metrics: Metrics,
-    pub client: UpstreamClient,
-    pub settings: RequestSettings,
-    pub clock: Clock,
-}
-
-#[cfg(test)]
-impl AppState {
-    /// The state the unit tests share: the given replicas, the default router, `least-request`
-    /// by default, 1 s timeouts, a 1 KiB body limit and no retries.
-    pub(crate) fn for_tests(replicas: Vec<Arc<crate::replicas::Replica>>) -> AppState {
-        AppState {
-            admission: crate::admit::Admission::new(Default::default()).unwrap(),
-            router: router_core::Router::new(router_core::RouterConfig::default()).unwrap(),
-            replicas: Arc::new(Replicas::new(replicas)),
-            metrics: Metrics::new().unwrap(),
-            client: crate::request::proxy::upstream_client(
-                Duration::from_secs(1),
-                Duration::from_secs(1),
-            ),
-            settings: RequestSettings {
-                default_strategy: Strategy::LeastRequest,
-                max_body_bytes: 1024,
-                first_byte_timeout: Duration::from_secs(1),
-                idle_timeout: Duration::from_secs(1),
-                max_retries: 0,
-                eject_after_failures: 3,
-                engine_tokenize_timeout: None,
-            },
-            clock: Clock::new(),
-        }
-    }
-}
+use crate::state::AppState;
 
 /// The OpenAI API listener's routes.
 pub fn app(state: Arc<AppState>) -> Router {
@@ -170,7 +88,7 @@ async fn ready(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let text = state.metrics.render(&state.replicas.snapshot());
+    let text = render_metrics(&state);
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -179,6 +97,18 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         text,
     )
         .into_response()
+}
+
+/// The metrics text with each replica's outstanding count and readiness as of now.
+fn render_metrics(state: &AppState) -> String {
+    let snapshot = state.replicas.snapshot();
+    state
+        .metrics
+        .render(snapshot.iter().map(|replica| PodGauges {
+            pod: replica.name(),
+            outstanding: replica.load().outstanding(),
+            ready: replica.is_ready(),
+        }))
 }
 
 async fn unknown_path(request: Request) -> Response {
@@ -292,7 +222,7 @@ mod tests {
         let big = format!(r#"{{"model":"m","prompt":"{}"}}"#, "x".repeat(2000));
         let (got, text) = call(app(state.clone()), "POST", "/v1/completions", &big).await;
         assert_eq!(got, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
-        let metrics = state.metrics.render(&state.replicas.snapshot());
+        let metrics = render_metrics(&state);
         assert!(
             metrics.contains(r#"prefixgate_requests_total{code="404",model="x",pod=""} 1"#),
             "{metrics}"
@@ -311,6 +241,29 @@ mod tests {
         assert!(
             body.contains(r#"prefixgate_outstanding_requests{pod="a"} 0"#),
             "{body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn per_pod_gauges_follow_the_load_view() {
+        let replica = Arc::new(Replica::new("a", "h:1", vec![]));
+        let state = state(vec![Arc::clone(&replica)]);
+        let guard = replica.load().acquire();
+        let text = render_metrics(&state);
+        assert!(
+            text.contains(r#"prefixgate_outstanding_requests{pod="a"} 1"#),
+            "{text}"
+        );
+        drop(guard);
+        replica.report_failure(1);
+        let text = render_metrics(&state);
+        assert!(
+            text.contains(r#"prefixgate_outstanding_requests{pod="a"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"prefixgate_replica_ready{pod="a"} 0"#),
+            "{text}"
         );
     }
 }
