@@ -14,19 +14,24 @@
 //! - [`admit`]: admission (API keys, in-flight caps, tenant token rates);
 //! - [`config`]: the settings and how they are read.
 //!
+//! Only [`config`] (every settings table, and the command line) and what starts and stops a
+//! gateway are public; the parts are the crate's own.
+//!
 //! Leaves beside them: [`state`] (what the handlers share), [`upstream`] (the pooled client
 //! to the replicas), [`clock`] (the index's time base), [`metrics`] (what happened).
 
-pub mod admit;
-pub mod clock;
+pub(crate) mod admit;
+pub(crate) mod clock;
 pub mod config;
-pub mod edge;
-pub mod kv_sync;
-pub mod metrics;
-pub mod replicas;
-pub mod request;
-pub mod state;
-pub mod upstream;
+pub(crate) mod edge;
+pub(crate) mod kv_sync;
+pub(crate) mod metrics;
+pub(crate) mod replicas;
+pub(crate) mod request;
+pub(crate) mod state;
+pub(crate) mod upstream;
 
+pub use admit::Admission;
 pub use config::GatewayConfig;
 pub use edge::server::{GatewayHandle, StartError, start};
+pub use edge::shutdown::StopSignals;

@@ -57,8 +57,8 @@ async fn serve(config: GatewayConfig) -> anyhow::Result<()> {
         )
         .init();
     let grace = config.shutdown_grace();
-    let mut signals = gateway::edge::shutdown::StopSignals::register()
-        .context("cannot register signal handlers")?;
+    let mut signals =
+        gateway::StopSignals::register().context("cannot register signal handlers")?;
     let handle = gateway::start(config)
         .await
         .context("cannot start prefixgate")?;

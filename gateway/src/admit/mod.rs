@@ -31,7 +31,7 @@ pub mod request_cost;
 mod token_admission;
 pub mod token_rate;
 
-pub use token_admission::{DEFAULT_BURST_SECS, TokenHold};
+pub use token_admission::TokenHold;
 use token_rate::TokenRates;
 
 /// Longest tenant name taken from the header; longer values are refused, so clients cannot

@@ -181,6 +181,7 @@ impl TokenRates {
         self.buckets.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.buckets.is_empty()
     }

@@ -19,7 +19,8 @@ pub mod error;
 pub use error::ConfigFileError;
 pub(crate) use error::invalid;
 
-use crate::admit::{Admission, AdmissionConfig};
+use crate::admit::Admission;
+pub use crate::admit::{AdmissionConfig, TenantConfig};
 pub use crate::edge::tls::TlsConfig;
 pub use crate::kv_sync::KvSyncConfig;
 pub use crate::replicas::discovery::{DiscoveryConfig, DiscoveryKind};

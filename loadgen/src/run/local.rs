@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use gateway::admit::AdmissionConfig;
+use gateway::config::AdmissionConfig;
 use gateway::config::BackendConfig;
 use gateway::{GatewayConfig, GatewayHandle};
 use mock_engine::model::EngineProfile;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use gateway::admit::AdmissionConfig;
+use gateway::config::AdmissionConfig;
 use tokio::time::Instant;
 
 use super::live::LiveTarget;

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::str::FromStr;
 
-use gateway::admit::AdmissionConfig;
+use gateway::config::AdmissionConfig;
 use router_core::Strategy;
 use serde::Deserialize;
 

@@ -4,7 +4,7 @@
 //! are labelled for discovery exactly when the sync is on; and the chart refuses exactly the
 //! rank counts and port layouts the gateway refuses, naming the same key and the same fix.
 
-use gateway::kv_sync::KvSyncConfig;
+use gateway::config::KvSyncConfig;
 use serde_json::Value;
 
 use super::render::{CHART, NAMESPACE, RELEASE, Rendered, helm, list, render};
