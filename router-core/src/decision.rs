@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::policy::Strategy;
+use crate::strategy::Strategy;
 
 /// Why the prefix-cache family of policies picked its pod. The label values are AIBrix's
 /// (`aibrix_prefix_cache_routing_selection_total{selection=…}`); `prefix-load` adds its own,

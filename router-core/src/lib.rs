@@ -18,7 +18,9 @@
 //!   prefixgate's `prefix-load`, one file or folder each;
 //! - [`decision`]: what a policy chose and why, for headers and metrics;
 //! - [`kv_sync`]: engines' KV-cache events decoded and applied to the index (KV-event sync);
-//! - [`router`]: the entry point that ties them together under a [`RouterConfig`].
+//! - [`router`]: the entry point that ties them together under a [`RouterConfig`]
+//!   ([`config`]), from which it builds each part's own settings once;
+//! - [`strategy`]: the strategies a request can name.
 
 pub mod config;
 pub mod decision;
@@ -29,14 +31,15 @@ pub mod kv_sync;
 pub mod load;
 pub mod policy;
 pub mod router;
+pub mod strategy;
 pub mod text;
 pub mod tokenize;
 
 pub use config::{ConfigError, RouterConfig};
 pub use decision::{Decision, MatchBucket, Selection};
 pub use load::{Candidate, EngineStats, OutstandingGuard, PodLoad};
-pub use policy::Strategy;
 pub use router::{RouteError, RouteRequest, Routed, Router};
+pub use strategy::Strategy;
 
 /// Milliseconds on the caller's monotonic clock. Pure code never reads a clock; the gateway
 /// passes real time, the simulator passes virtual time.

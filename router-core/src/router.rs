@@ -69,11 +69,11 @@ impl Router {
         config.validate()?;
         Ok(Router {
             index: PrefixIndex::new(config.block_capacity, config.ttl_millis()),
-            tokenizer: tokenize::from_config(&config)?,
+            tokenizer: tokenize::load(config.tokenizer, config.hf_tokenizer_path.as_deref())?,
             random: Random,
             least_request: LeastRequest,
-            prefix_cache: PrefixCache,
-            prefix_load: PrefixLoad,
+            prefix_cache: PrefixCache::new(config.imbalance_abs_count, config.stddev_factor),
+            prefix_load: PrefixLoad::new(config.prefix_load.clone()),
             config,
         })
     }
@@ -182,7 +182,6 @@ impl Router {
             pods,
             hashes: &hashes,
             index: &self.index,
-            config: &self.config,
             rng,
             now,
         });
@@ -200,15 +199,11 @@ impl Router {
             self.index.add(request.model, &hashes, chosen.name, now);
         }
         // Only `prefix-load`'s family term reads the families; with it off they cost nothing.
-        let weights = &self.config.prefix_load;
         if strategy.uses_prefix_index()
-            && weights.family_weight > 0.0
+            && let Some(window) = self.prefix_load.family_window()
             && let Some(&root) = hashes.first()
         {
-            chosen
-                .load
-                .families()
-                .record(root, now, weights.family_window_millis());
+            chosen.load.families().record(root, now, window);
         }
         Ok(Routed {
             decision: Decision {

@@ -44,7 +44,6 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use xxhash_rust::xxh64::xxh64;
 
 use crate::Millis;
-use crate::load::Candidate;
 
 mod shard;
 
@@ -116,14 +115,8 @@ impl PrefixIndex {
         self.ttl
     }
 
-    /// Per candidate (same order), the percentage of the request's full blocks that the pod
-    /// holds as a contiguous run from the first block; 0 when it holds none.
-    pub fn match_prefix(&self, model: &str, hashes: &[u64], pods: &[Candidate<'_>]) -> Vec<u8> {
-        let names: Vec<&str> = pods.iter().map(|pod| pod.name).collect();
-        self.match_names(model, hashes, &names)
-    }
-
-    /// [`match_prefix`](Self::match_prefix) over bare pod names.
+    /// Per pod of `pods` (names, same order), the percentage of the request's full blocks
+    /// that the pod holds as a contiguous run from the first block; 0 when it holds none.
     pub fn match_names(&self, model: &str, hashes: &[u64], pods: &[&str]) -> Vec<u8> {
         let mut percents = vec![0u8; pods.len()];
         if hashes.is_empty() || pods.is_empty() {

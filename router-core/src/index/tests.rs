@@ -8,7 +8,6 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 use crate::hash::block_hashes;
-use crate::load::PodLoad;
 
 const MODEL: &str = "m1";
 
@@ -39,28 +38,13 @@ fn aibrix_prefix_hash_table_e2e() {
 }
 
 #[test]
-fn match_prefix_takes_candidates_in_order() {
+fn match_names_answers_in_the_pods_order() {
     let index = PrefixIndex::new(100, 60_000);
     let hashes = [10, 11];
     index.add(MODEL, &hashes, "b", 0);
-    let (load_a, load_b) = (PodLoad::new(), PodLoad::new());
-    let pods = [
-        Candidate {
-            name: "a",
-            load: &load_a,
-        },
-        Candidate {
-            name: "b",
-            load: &load_b,
-        },
-    ];
-    assert_eq!(index.match_prefix(MODEL, &hashes, &pods), [0, 100]);
-    assert!(
-        index
-            .match_prefix(MODEL, &[], &pods)
-            .iter()
-            .all(|&p| p == 0)
-    );
+    assert_eq!(index.match_names(MODEL, &hashes, &["a", "b"]), [0, 100]);
+    assert_eq!(index.match_names(MODEL, &hashes, &["b", "a"]), [100, 0]);
+    assert_eq!(index.match_names(MODEL, &[], &["a", "b"]), [0, 0]);
 }
 
 #[test]

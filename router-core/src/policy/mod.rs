@@ -1,17 +1,18 @@
 //! Routing policies: one trait, one file per policy.
 //!
+//! Each policy holds its own settings, built once by [`Router::new`](crate::Router::new) from
+//! the [`RouterConfig`](crate::RouterConfig); a policy never reads the whole configuration.
+//!
 //! A policy sees the ready pods with their loads (and, for prefix-aware policies, the
 //! request's block hashes and the prefix index) and returns a [`Choice`]. Counting the request
 //! against the chosen pod and recording its prefix in the index are done by the
 //! [`Router`](crate::Router) after the choice, the same way for every policy.
 
 use std::fmt;
-use std::str::FromStr;
 
 use rand::RngCore;
 
 use crate::Millis;
-use crate::config::RouterConfig;
 use crate::decision::Selection;
 use crate::index::PrefixIndex;
 use crate::load::Candidate;
@@ -26,62 +27,9 @@ pub use prefix_cache::PrefixCache;
 pub use prefix_load::PrefixLoad;
 pub use random::Random;
 
-/// A routing strategy, as named in the `routing-strategy` header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Strategy {
-    Random,
-    LeastRequest,
-    PrefixCache,
-    /// prefixgate's cost model over cache and load (`policy/prefix_load/`).
-    PrefixLoad,
-}
-
-impl Strategy {
-    /// Every strategy, in the order `--help` lists them.
-    pub const ALL: [Strategy; 4] = [
-        Strategy::Random,
-        Strategy::LeastRequest,
-        Strategy::PrefixCache,
-        Strategy::PrefixLoad,
-    ];
-
-    /// The header value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::Random => "random",
-            Strategy::LeastRequest => "least-request",
-            Strategy::PrefixCache => "prefix-cache",
-            Strategy::PrefixLoad => "prefix-load",
-        }
-    }
-
-    /// Whether the policy reads the prefix index (and so needs the request's block hashes).
-    pub fn uses_prefix_index(self) -> bool {
-        matches!(self, Strategy::PrefixCache | Strategy::PrefixLoad)
-    }
-}
-
-impl fmt::Display for Strategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A `routing-strategy` value that names no known strategy.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown routing strategy {0:?} (known: random, least-request, prefix-cache, prefix-load)")]
-pub struct UnknownStrategy(pub String);
-
-impl FromStr for Strategy {
-    type Err = UnknownStrategy;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Strategy::ALL
-            .into_iter()
-            .find(|strategy| strategy.as_str() == s)
-            .ok_or_else(|| UnknownStrategy(s.to_owned()))
-    }
-}
+/// The strategies these policies implement (defined in their own module so that the decision
+/// record can name them without depending on the policies).
+pub use crate::strategy::{Strategy, UnknownStrategy};
 
 /// What a policy is given to decide with.
 pub struct PolicyInput<'a> {
@@ -91,7 +39,6 @@ pub struct PolicyInput<'a> {
     /// The request's block hashes; empty for policies that do not use the index.
     pub hashes: &'a [u64],
     pub index: &'a PrefixIndex,
-    pub config: &'a RouterConfig,
     pub rng: &'a mut dyn RngCore,
     /// The caller's clock (see [`Millis`]), for signals that age.
     pub now: Millis,

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::path::Path;
 
 use super::{TokenizeError, Tokenizer, ids_to_be_bytes};
-use crate::config::ConfigError;
+use crate::config::error::ConfigError;
 
 /// A tokenizer loaded from a local `tokenizer.json`.
 #[derive(Debug)]

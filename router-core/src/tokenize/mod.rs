@@ -3,16 +3,17 @@
 //! The block size is counted in bytes of this stream, as in AIBrix: with `character` a
 //! 128-byte block is 128 UTF-8 bytes of text; with `tiktoken` or `hf` every token id is
 //! written as 4 bytes big-endian, so a 128-byte block is 32 tokens. One file per tokenizer;
-//! [`from_config`] picks one when the [`Router`](crate::Router) is built, so a bad choice is a
+//! [`load`] picks one when the [`Router`](crate::Router) is built, so a bad choice is a
 //! start-up error rather than a per-request one.
 
 use std::borrow::Cow;
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 
 use serde::Deserialize;
 
-use crate::config::{ConfigError, RouterConfig};
+use crate::config::error::ConfigError;
 
 mod character;
 #[cfg(feature = "hf")]
@@ -98,38 +99,38 @@ pub(crate) fn ids_to_be_bytes(ids: impl ExactSizeIterator<Item = u32>) -> Vec<u8
     bytes
 }
 
-/// The tokenizer the configuration asks for, loaded now (vocabularies and files are read
-/// here, once, never per request).
-pub fn from_config(config: &RouterConfig) -> Result<Box<dyn Tokenizer>, ConfigError> {
-    match config.tokenizer {
+/// The tokenizer of `kind`, loaded now (vocabularies and files are read here, once, never
+/// per request). `hf_path` is the local `tokenizer.json` the `hf` tokenizer needs.
+pub fn load(
+    kind: TokenizerKind,
+    hf_path: Option<&Path>,
+) -> Result<Box<dyn Tokenizer>, ConfigError> {
+    match kind {
         TokenizerKind::Character => Ok(Box::new(CharacterTokenizer)),
         TokenizerKind::Tiktoken => Ok(Box::new(TiktokenTokenizer::cl100k_base()?)),
-        TokenizerKind::Hf => hf_from_config(config),
+        TokenizerKind::Hf => load_hf(hf_path),
     }
 }
 
 #[cfg(feature = "hf")]
-fn hf_from_config(config: &RouterConfig) -> Result<Box<dyn Tokenizer>, ConfigError> {
-    let path = config
-        .hf_tokenizer_path
-        .as_deref()
-        .ok_or_else(|| ConfigError {
-            key: "hf_tokenizer_path".to_owned(),
-            value: String::new(),
-            reason: "the hf tokenizer needs the path of a local tokenizer.json".to_owned(),
-        })?;
+fn load_hf(path: Option<&Path>) -> Result<Box<dyn Tokenizer>, ConfigError> {
+    let path = path.ok_or_else(|| {
+        ConfigError::new(
+            "hf_tokenizer_path",
+            "",
+            "the hf tokenizer needs the path of a local tokenizer.json",
+        )
+    })?;
     Ok(Box::new(HfTokenizer::from_file(path)?))
 }
 
 #[cfg(not(feature = "hf"))]
-fn hf_from_config(_config: &RouterConfig) -> Result<Box<dyn Tokenizer>, ConfigError> {
-    Err(ConfigError {
-        key: "tokenizer".to_owned(),
-        value: "hf".to_owned(),
-        reason: "this build has no hf tokenizer support (rebuild router-core with the `hf` \
-                 feature)"
-            .to_owned(),
-    })
+fn load_hf(_path: Option<&Path>) -> Result<Box<dyn Tokenizer>, ConfigError> {
+    Err(ConfigError::new(
+        "tokenizer",
+        "hf",
+        "this build has no hf tokenizer support (rebuild router-core with the `hf` feature)",
+    ))
 }
 
 #[cfg(test)]
@@ -154,26 +155,17 @@ mod tests {
     }
 
     #[test]
-    fn config_selects_the_tokenizer() {
-        let character = from_config(&RouterConfig::default()).unwrap();
+    fn the_kind_selects_the_tokenizer() {
+        let character = load(TokenizerKind::Character, None).unwrap();
         assert_eq!(&*character.bytes("hé").unwrap(), "hé".as_bytes());
-        let tiktoken = from_config(&RouterConfig {
-            tokenizer: TokenizerKind::Tiktoken,
-            ..RouterConfig::default()
-        })
-        .unwrap();
+        let tiktoken = load(TokenizerKind::Tiktoken, None).unwrap();
         assert_eq!(tiktoken.bytes("hello world").unwrap().len() % 4, 0);
     }
 
     #[cfg(not(feature = "hf"))]
     #[test]
     fn hf_without_the_feature_is_a_config_error() {
-        let err = from_config(&RouterConfig {
-            tokenizer: TokenizerKind::Hf,
-            hf_tokenizer_path: Some("tokenizer.json".into()),
-            ..RouterConfig::default()
-        })
-        .unwrap_err();
+        let err = load(TokenizerKind::Hf, Some(Path::new("tokenizer.json"))).unwrap_err();
         assert_eq!(err.key, "tokenizer");
         assert!(err.reason.contains("`hf` feature"), "{err}");
     }

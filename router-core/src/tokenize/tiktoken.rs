@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use tiktoken_rs::CoreBPE;
 
 use super::{TokenizeError, Tokenizer, ids_to_be_bytes};
-use crate::config::ConfigError;
+use crate::config::error::ConfigError;
 
 static CL100K_BASE: OnceLock<Arc<CoreBPE>> = OnceLock::new();
 

@@ -28,8 +28,25 @@ use super::least_request::least_loaded_of;
 use super::{Choice, Policy, PolicyInput};
 use crate::decision::Selection;
 
-#[derive(Debug, Default)]
-pub struct PrefixCache;
+/// `prefix-cache` with its two settings (AIBrix's environment names).
+#[derive(Debug, Clone, Copy)]
+pub struct PrefixCache {
+    /// `AIBRIX_PREFIX_CACHE_POD_RUNNING_REQUEST_IMBALANCE_ABS_COUNT`: the gate fires when
+    /// max − min of the counts is strictly greater than this.
+    imbalance_abs_count: u64,
+    /// `AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR`: the integer k in mean + k·σ.
+    stddev_factor: u64,
+}
+
+impl PrefixCache {
+    /// The policy with AIBrix's gate threshold and σ factor (validated by the caller: k ≥ 1).
+    pub fn new(imbalance_abs_count: u64, stddev_factor: u64) -> Self {
+        PrefixCache {
+            imbalance_abs_count,
+            stddev_factor,
+        }
+    }
+}
 
 impl Policy for PrefixCache {
     fn choose(&self, input: &mut PolicyInput<'_>) -> Choice {
@@ -38,7 +55,7 @@ impl Policy for PrefixCache {
             .iter()
             .map(|pod| pod.load.outstanding())
             .collect();
-        let gate = imbalance_gate(&counts, input.config.imbalance_abs_count);
+        let gate = imbalance_gate(&counts, self.imbalance_abs_count);
         let imbalance = gate.is_some();
         let candidates: Vec<usize> = gate.unwrap_or_else(|| (0..counts.len()).collect());
         let names: Vec<&str> = candidates.iter().map(|&i| input.pods[i].name).collect();
@@ -54,7 +71,7 @@ impl Policy for PrefixCache {
                 .find(|&&(i, _)| i == pod)
                 .map_or(0, |&(_, pct)| pct)
         };
-        let k = input.config.stddev_factor as f64;
+        let k = self.stddev_factor as f64;
         if let Some(pod) = pick_matched(&counts, &matched, k, input.rng) {
             return Choice {
                 pod,

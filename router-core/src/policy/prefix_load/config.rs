@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 
-use crate::config::ConfigError;
+use crate::config::error::ConfigError;
 
 /// The weights of `prefix-load`'s cost (see `docs/POLICY.md`). The unit of cost is one
 /// prompt block of work already placed on a pod.

@@ -84,15 +84,30 @@ pub mod config;
 
 pub use config::PrefixLoadConfig;
 
+/// `prefix-load` with its weights.
 #[derive(Debug, Default)]
-pub struct PrefixLoad;
+pub struct PrefixLoad {
+    weights: PrefixLoadConfig,
+}
+
+impl PrefixLoad {
+    /// The policy with `weights` (validated by the caller, see [`PrefixLoadConfig::validate`]).
+    pub fn new(weights: PrefixLoadConfig) -> Self {
+        PrefixLoad { weights }
+    }
+
+    /// The window over which a pod's prompt families are counted, when the family term is on
+    /// (`None` when it is off: then nothing needs recording).
+    pub fn family_window(&self) -> Option<crate::Millis> {
+        (self.weights.family_weight > 0.0).then(|| self.weights.family_window_millis())
+    }
+}
 
 impl Policy for PrefixLoad {
     fn choose(&self, input: &mut PolicyInput<'_>) -> Choice {
         let blocks = input.hashes.len() as u64;
-        let percents = input
-            .index
-            .match_prefix(input.model, input.hashes, input.pods);
+        let names: Vec<&str> = input.pods.iter().map(|pod| pod.name).collect();
+        let percents = input.index.match_names(input.model, input.hashes, &names);
         if blocks == 0 {
             let counts: Vec<u64> = input.pods.iter().map(|p| p.load.outstanding()).collect();
             let pod = least_loaded_of(&counts, input.rng);
@@ -104,7 +119,7 @@ impl Policy for PrefixLoad {
                 shared_prefix: None,
             };
         }
-        let weights = &input.config.prefix_load;
+        let weights = &self.weights;
         let best = percents.iter().copied().max().unwrap_or(0);
         // The prefix is named by the deepest block it shares with its best holder.
         let held = blocks - uncached_blocks(blocks, best);
@@ -136,7 +151,7 @@ impl Policy for PrefixLoad {
             .map(|(_, c)| u64::from(c.outstanding))
             .sum();
         let committed = if best == 0 && weights.family_weight > 0.0 {
-            family_shares(input)
+            family_shares(input, weights.family_window_millis())
         } else {
             vec![0.0; input.pods.len()]
         };
@@ -224,8 +239,7 @@ pub fn pod_cost(load: &PodLoad, uncached: u64, weights: &PrefixLoadConfig, idle_
 /// the fraction of them that have recurred (all 0 when none were routed): bounded by
 /// `family_weight` prompts, and fading to nothing when the prompts turn out to be one-off
 /// prompts rather than families, which would only even out arrivals.
-fn family_shares(input: &PolicyInput<'_>) -> Vec<f64> {
-    let window = input.config.prefix_load.family_window_millis();
+fn family_shares(input: &PolicyInput<'_>, window: crate::Millis) -> Vec<f64> {
     let counts: Vec<FamilyCount> = input
         .pods
         .iter()

@@ -6,7 +6,6 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::*;
-use crate::config::RouterConfig;
 use crate::index::PrefixIndex;
 use crate::load::{Candidate, OutstandingGuard, RequestWork};
 use crate::policy::PolicyInput;
@@ -28,7 +27,7 @@ struct Cluster {
     loads: Vec<Arc<PodLoad>>,
     guards: Vec<OutstandingGuard>,
     index: PrefixIndex,
-    config: RouterConfig,
+    weights: PrefixLoadConfig,
 }
 
 impl Cluster {
@@ -55,7 +54,7 @@ impl Cluster {
             loads,
             guards,
             index: PrefixIndex::new(1000, 60_000),
-            config: RouterConfig::default(),
+            weights: PrefixLoadConfig::default(),
         }
     }
 
@@ -70,7 +69,7 @@ impl Cluster {
 
     /// The same cluster with `prefix-load`'s family term at `weight` (off by default).
     fn with_family_weight(mut self, weight: f64) -> Self {
-        self.config.prefix_load.family_weight = weight;
+        self.weights.family_weight = weight;
         self
     }
 
@@ -83,7 +82,7 @@ impl Cluster {
     /// Pod `i` has served `prompts[i]` distinct first blocks, `requests` requests of each,
     /// all at time 0.
     fn serve_prompts(&self, prompts: &[u64], requests: u32) {
-        let window = self.config.prefix_load.family_window_millis();
+        let window = self.weights.family_window_millis();
         for (pod, &n) in prompts.iter().enumerate() {
             for family in 0..n {
                 let root = 1_000_000 * (pod as u64 + 1) + family;
@@ -102,12 +101,11 @@ impl Cluster {
             .map(|(name, load)| Candidate { name, load })
             .collect();
         let mut rng = StdRng::seed_from_u64(seed);
-        PrefixLoad.choose(&mut PolicyInput {
+        PrefixLoad::new(self.weights.clone()).choose(&mut PolicyInput {
             model: MODEL,
             pods: &pods,
             hashes,
             index: &self.index,
-            config: &self.config,
             rng: &mut rng,
             now,
         })
@@ -266,7 +264,7 @@ fn a_copy_of_a_prefix_in_use_is_priced_below_one_of_a_quiet_prefix() {
     let hashes = request(2, 40);
     let with_copy_weight = |owner: PodState| {
         let mut cluster = Cluster::new(&[owner, busy(1)], 40);
-        cluster.config.prefix_load.copy_weight = 1.0;
+        cluster.weights.copy_weight = 1.0;
         cluster.hold(0, &hashes);
         cluster
     };
@@ -333,7 +331,7 @@ fn a_new_family_goes_where_fewer_families_are_served() {
     // Families idle for a window no longer count: a tie again, broken at random.
     let cluster = Cluster::new(&[busy(3), busy(3)], 40).with_family_weight(16.0);
     cluster.serve_families(&[4, 3]);
-    let later = 2 * cluster.config.prefix_load.family_window_millis();
+    let later = 2 * cluster.weights.family_window_millis();
     let chosen: Vec<usize> = (0..40)
         .map(|seed| cluster.choose_at(&request(8, 40), seed, later).pod)
         .collect();
@@ -484,7 +482,7 @@ proptest::proptest! {
         let choice = cluster.choose(&hashes, seed);
         proptest::prop_assert!(choice.pod < n);
         let min = *counts[..n].iter().min().unwrap();
-        let bound = cluster.config.prefix_load.prefill_weight;
+        let bound = cluster.weights.prefill_weight;
         proptest::prop_assert!(
             (counts[choice.pod] - min) as f64 <= bound,
             "chose {} with counts {:?}", choice.pod, &counts[..n]

@@ -1,4 +1,10 @@
 //! Router settings, with AIBrix's deployed defaults and environment names.
+//!
+//! [`RouterConfig`] is the shape of the gateway's `[routing]` table: the one place the
+//! settings are read from a file and the environment. [`Router::new`](crate::Router::new)
+//! turns it into each part's own settings once (the tokenizer, the index, each policy), so
+//! no part reads the whole configuration; [`error`] is the error every part's settings
+//! report, a leaf that those parts can name without depending on this hub.
 
 use std::path::PathBuf;
 
@@ -7,15 +13,9 @@ use serde::Deserialize;
 use crate::policy::prefix_load::PrefixLoadConfig;
 use crate::tokenize::TokenizerKind;
 
-/// A setting that cannot be used. The message names the setting (config key or environment
-/// variable) and the value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {key} = {value:?}: {reason}")]
-pub struct ConfigError {
-    pub key: String,
-    pub value: String,
-    pub reason: String,
-}
+pub mod error;
+
+pub use error::ConfigError;
 
 /// Everything that shapes a routing decision. Deserialised from the gateway's `[routing]`
 /// table (unknown keys are errors), then overridden by AIBrix environment variables and flags.
@@ -188,16 +188,6 @@ impl RouterConfig {
 /// The largest index capacity accepted (about 100 GB of index at ~100 bytes a block, far
 /// beyond any sensible setting; the bound keeps slot numbers in `u32`).
 pub const MAX_BLOCK_CAPACITY: usize = 1 << 30;
-
-impl ConfigError {
-    fn new(key: &str, value: &str, reason: impl Into<String>) -> Self {
-        ConfigError {
-            key: key.to_owned(),
-            value: value.to_owned(),
-            reason: reason.into(),
-        }
-    }
-}
 
 /// A decimal integer of at least `min` from environment variable `name`.
 fn env_integer<T>(name: &str, value: &str, min: T) -> Result<T, ConfigError>
