@@ -10,10 +10,16 @@
 //! replica i adds i to both ports, as vLLM does per data-parallel rank);
 //! `--kv-events-format positional|map` picks vLLM 0.9–0.11's positional events (the default)
 //! or newer vLLMs' named-field maps.
+//!
+//! SIGTERM (or SIGINT) drains as vLLM does: every replica closes its listener (connections
+//! are refused), idle connections close, and responses in flight run to their end, without a
+//! deadline unless `--shutdown-timeout` gives one; then the process exits 0. A second signal
+//! during the drain drops what is left and exits at once.
 
 use std::io::IsTerminal;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
@@ -85,6 +91,12 @@ struct Cli {
     /// named fields, in the same positional batch).
     #[arg(long, value_name = "FORMAT", default_value_t = EventFormat::Positional, value_parser = parse_event_format)]
     kv_events_format: EventFormat,
+
+    /// On SIGTERM, drop the responses still running after this many engine seconds (vLLM
+    /// 0.18's --shutdown-timeout; 0 aborts them at once). Without it they run to their end,
+    /// as in vLLM 0.11, where only the pod's SIGKILL cuts them.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    shutdown_timeout: Option<f64>,
 }
 
 const AFTER_HELP: &str = "\
@@ -98,7 +110,10 @@ Failure injection (--fail SPEC, or per request the header `x-mock-fail: SPEC`):
   POST /mock/health?fail_for=SECONDS makes /health answer 503 for that long (0 clears).
 
 Output: one line per replica on stdout once listening: `NAME http://IP:PORT`.
-Logs: stderr, filtered by RUST_LOG (default info). Stops on SIGINT or SIGTERM.";
+Logs: stderr, filtered by RUST_LOG (default info).
+SIGTERM or SIGINT drains as vLLM does: listeners close (new connections are refused),
+responses in flight finish (up to --shutdown-timeout), then exit 0; a second signal stops
+at once.";
 
 fn parse_spec(text: &str) -> Result<FailureSpec, String> {
     FailureSpec::parse(text).map_err(|e| e.to_string())
@@ -203,7 +218,7 @@ async fn run(cli: Cli) -> Result<()> {
         health_fail_for: cli.fail_health_for,
     };
 
-    let signals = StopSignals::install()?;
+    let mut signals = StopSignals::install()?;
     let mut handles = Vec::new();
     let kv_events = cli
         .kv_events_config
@@ -236,9 +251,26 @@ async fn run(cli: Cli) -> Result<()> {
     }
 
     signals.wait().await?;
-    tracing::info!("signal received, stopping");
-    for handle in handles {
-        handle.shutdown().await;
+    // Engine seconds to wall time, as every other duration of the mock.
+    let deadline = cli
+        .shutdown_timeout
+        .map(|secs| Duration::from_secs_f64(secs / cli.time_scale));
+    tracing::info!(?deadline, "signal received, draining");
+    let drains: Vec<_> = handles
+        .into_iter()
+        .map(|handle| handle.drain(deadline).finished())
+        .collect();
+    let drained = futures_util::future::join_all(drains);
+    tokio::select! {
+        outcomes = drained => {
+            let cut: usize = outcomes.iter().map(|o| o.cut).sum();
+            tracing::info!(cut, "drained, exiting");
+        }
+        second = signals.wait() => {
+            second?;
+            // Dropping the drains drops every connection (their stop senders go away).
+            tracing::warn!("second signal: stopping without waiting");
+        }
     }
     Ok(())
 }
@@ -269,7 +301,7 @@ impl StopSignals {
     }
 
     /// Waits for SIGINT (Ctrl-C) or SIGTERM.
-    async fn wait(mut self) -> Result<()> {
+    async fn wait(&mut self) -> Result<()> {
         #[cfg(unix)]
         tokio::select! {
             _ = self.interrupt.recv() => {}

@@ -113,3 +113,100 @@ async fn time_scale_speeds_the_engine_up() {
     })
     .await;
 }
+
+/// A request sent after a drain began gets no HTTP answer at all: the connection is refused,
+/// or (when it raced the listener's close) reset or closed before a byte.
+async fn gets_no_answer(addr: std::net::SocketAddr) -> bool {
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return true;
+    };
+    use tokio::io::AsyncWriteExt;
+    let _ = stream
+        .write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await;
+    read_to_close(&mut stream).await.is_empty()
+}
+
+#[tokio::test]
+async fn a_drain_refuses_new_requests_closes_idle_connections_and_finishes_streams() {
+    bounded(async {
+        // 150 tokens at 20 ms a step: the stream is still running when the drain begins.
+        let replica = start(slow(0.02)).await;
+        let addr = replica.addr();
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        {
+            use tokio::io::AsyncWriteExt;
+            idle.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+                .await
+                .unwrap();
+        }
+        let health = read_until(&mut idle, "\r\n\r\n").await;
+        assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+        let mut stream = raw_request(
+            addr,
+            "/v1/chat/completions",
+            &[],
+            &chat_body("x", 150, true, false),
+        )
+        .await;
+        let head = read_until(&mut stream, "\"content\":\" ").await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+
+        let drain = replica.drain(None);
+        assert_eq!(drain.in_flight_at_signal(), 1);
+        assert!(gets_no_answer(addr).await, "a new request was answered");
+        // The idle keep-alive connection is closed by the server, with nothing sent.
+        assert_eq!(read_to_close(&mut idle).await, "");
+        let rest = read_to_close(&mut stream).await;
+        assert!(rest.contains("data: [DONE]"), "the stream was cut: {rest}");
+        let outcome = drain.finished().await;
+        assert_eq!(outcome.in_flight_at_signal, 1);
+        assert_eq!(outcome.cut, 0);
+        // Stopped: the port is free again.
+        let mut again = config(fast(), Default::default());
+        again.listen = addr;
+        spawn_replica(again)
+            .await
+            .expect("port free")
+            .shutdown()
+            .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_drain_deadline_cuts_the_streams_still_running() {
+    bounded(async {
+        // 10 000 tokens at 20 ms: far longer than the 50 ms deadline.
+        let replica = start(slow(0.02)).await;
+        let mut stream = raw_request(
+            replica.addr(),
+            "/v1/chat/completions",
+            &[],
+            &chat_body("x", 10_000, true, false),
+        )
+        .await;
+        let head = read_until(&mut stream, "\"content\":\" ").await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let outcome = replica
+            .drain(Some(std::time::Duration::from_millis(50)))
+            .finished()
+            .await;
+        assert_eq!(outcome.in_flight_at_signal, 1);
+        assert_eq!(outcome.cut, 1);
+        let rest = read_to_close(&mut stream).await;
+        assert!(!rest.contains("[DONE]"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_idle_replica_drains_at_once() {
+    bounded(async {
+        let replica = start(fast()).await;
+        assert_eq!(replica.in_flight(), 0);
+        let outcome = replica.drain(None).finished().await;
+        assert_eq!((outcome.in_flight_at_signal, outcome.cut), (0, 0));
+    })
+    .await;
+}

@@ -12,11 +12,13 @@
 //! Inside, one file per concern: [`routes`] (the router and small endpoints), `generation`
 //! (the two completion endpoints), `request` (body parsing), `chat`/`completions`/`envelope`/
 //! `single_choice` (response shapes), `sse` (bodies), `engine_driver` (the model in real time),
-//! `metrics_text` (Prometheus), [`failures`] (injection) and `api_error` (vLLM's error shape).
+//! `metrics_text` (Prometheus), [`failures`] (injection), `api_error` (vLLM's error shape) and
+//! `drain` (the accept loop and vLLM's SIGTERM: [`ReplicaHandle::drain`]).
 
 mod api_error;
 mod chat;
 mod completions;
+mod drain;
 mod engine_driver;
 mod envelope;
 pub mod failures;
@@ -32,13 +34,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 
+pub use drain::{Drain, DrainOutcome};
 pub use failures::{FAIL_HEADER, FailurePlan, FailureSpec, FailureSpecError};
 
 use crate::kv_events::{KvEventPublisher, KvEventsConfig, PublisherError};
@@ -92,9 +93,13 @@ pub enum ServerError {
 pub struct ReplicaHandle {
     name: String,
     addr: SocketAddr,
+    /// Stops accepting and lets open responses finish ([`ReplicaHandle::drain`]).
+    drain: watch::Sender<bool>,
+    /// Drops every connection and stops the engine.
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
     driver: JoinHandle<()>,
+    engine: EngineDriver,
     kv_events: Option<KvEventPublisher>,
 }
 
@@ -124,6 +129,38 @@ impl ReplicaHandle {
         self.kv_events
             .as_ref()
             .and_then(KvEventPublisher::replay_endpoint)
+    }
+
+    /// Requests in the engine now (running or waiting).
+    pub fn in_flight(&self) -> usize {
+        drain::in_engine(&self.engine)
+    }
+
+    /// vLLM's answer to SIGTERM, begun now: the listener closes (new connections are
+    /// refused), idle connections close, responses in flight run to their end and their
+    /// connections then close. With a `deadline` (wall time) the connections still open
+    /// after it are dropped, aborting their requests. [`Drain::finished`] waits for the end
+    /// and stops the engine.
+    pub fn drain(self, deadline: Option<Duration>) -> Drain {
+        let in_flight_at_signal = self.in_flight();
+        let _ = self.drain.send(true);
+        tracing::info!(
+            replica = %self.name,
+            in_flight = in_flight_at_signal,
+            deadline_s = deadline.map(|d| d.as_secs_f64()),
+            "draining: refusing connections, finishing responses in flight"
+        );
+        Drain {
+            in_flight_at_signal,
+            deadline,
+            _drain: self.drain,
+            stop: self.stop,
+            server: self.server,
+            driver_task: self.driver,
+            driver: self.engine,
+            kv_events: self.kv_events,
+            name: self.name,
+        }
     }
 
     /// Stops accepting, drops every open connection (in-flight requests are aborted in the
@@ -189,6 +226,7 @@ pub async fn spawn_replica_with_events(
     })?;
 
     let (stop, stopped) = watch::channel(false);
+    let (drain, draining) = watch::channel(false);
     let max_model_len = profile.max_model_len;
     let profile_name = profile.name.clone();
     let clock = EngineClock::start(time_scale);
@@ -226,55 +264,24 @@ pub async fn spawn_replica_with_events(
         name.clone(),
         model.clone(),
         max_model_len,
-        driver,
+        driver.clone(),
         failures,
     ));
-    let server = tokio::spawn(accept_loop(listener, routes::app(replica), stopped));
+    let server = tokio::spawn(drain::accept_loop(
+        listener,
+        routes::app(replica),
+        draining,
+        stopped,
+    ));
     tracing::info!(replica = %name, %addr, model = %model, profile = %profile_name, time_scale, "serving");
     Ok(ReplicaHandle {
         name,
         addr,
+        drain,
         stop,
         server,
         driver: driver_task,
+        engine: driver,
         kv_events: publisher,
     })
-}
-
-/// Accepts connections until told to stop, then drops every connection still open.
-///
-/// Connections live in a `JoinSet` rather than detached tasks so that shutdown can end them
-/// all: a hung or streaming request must not outlive its replica.
-async fn accept_loop(listener: TcpListener, app: axum::Router, mut stop: watch::Receiver<bool>) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            biased;
-            _ = stop.changed() => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
-                    // Tokens are tiny writes; Nagle would batch them and distort TTFT/ITL.
-                    let _ = stream.set_nodelay(true);
-                    let service = TowerToHyperService::new(app.clone());
-                    connections.spawn(async move {
-                        let served = hyper::server::conn::http1::Builder::new()
-                            .timer(TokioTimer::new())
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                        if let Err(e) = served {
-                            tracing::debug!(error = %e, "connection ended with an error");
-                        }
-                    });
-                }
-                Err(e) => {
-                    // Out of descriptors or similar: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-        }
-    }
-    drop(listener);
-    connections.shutdown().await;
 }
