@@ -18,10 +18,13 @@
 //!   prefixgate's `prefix-load`, one file or folder each;
 //! - [`decision`]: what a policy chose and why, for headers and metrics;
 //! - [`kv_sync`]: engines' KV-cache events decoded and applied to the index (KV-event sync);
+//! - [`cluster`]: several gateways, one view: the messages gateways exchange about their
+//!   decisions, applied to the index and to each pod's peer load;
 //! - [`router`]: the entry point that ties them together under a [`RouterConfig`]
 //!   ([`config`]), from which it builds each part's own settings once;
 //! - [`strategy`]: the strategies a request can name.
 
+pub mod cluster;
 pub mod config;
 pub mod decision;
 pub mod families;

@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use crate::families::RecentFamilies;
 
@@ -54,6 +54,9 @@ pub struct PodLoad {
     prefixes: Mutex<HashMap<u64, PrefixCounts>>,
     /// The prompt families routed here lately: the load this pod is committed to.
     families: RecentFamilies,
+    /// The requests other gateways of the cluster have in flight here, held by
+    /// [`crate::cluster::PeerTable`]; made on the first one (a lone gateway never has any).
+    peers: OnceLock<Arc<PodLoad>>,
 }
 
 /// One shared prefix's requests on one pod.
@@ -96,6 +99,7 @@ impl PodLoad {
             pending_prefill_blocks: AtomicU64::new(0),
             prefixes: Mutex::new(HashMap::new()),
             families: RecentFamilies::default(),
+            peers: OnceLock::new(),
         })
     }
 
@@ -167,6 +171,17 @@ impl PodLoad {
         self.pending_prefill_blocks.load(Ordering::Acquire)
     }
 
+    /// The requests other gateways have in flight on this pod (cluster sharing), if any has
+    /// told of one. Policies read it through the `shared_*` views ([`crate::cluster`]).
+    pub fn peers(&self) -> Option<&Arc<PodLoad>> {
+        self.peers.get()
+    }
+
+    /// [`peers`](Self::peers), made on first use: where a peer's request is counted.
+    pub fn peers_or_init(&self) -> &Arc<PodLoad> {
+        self.peers.get_or_init(PodLoad::new)
+    }
+
     /// Records a fresh engine scrape.
     pub fn set_engine_stats(&self, stats: EngineStats) {
         self.running.store(stats.running, Ordering::Relaxed);
@@ -214,6 +229,17 @@ impl OutstandingGuard {
     /// The pod's outstanding count just before this request was counted.
     pub fn at_selection(&self) -> u64 {
         self.at_selection
+    }
+
+    /// The work this request holds on its pod: its blocks, and until its first byte its
+    /// pending prefill and copy mark. What a gateway tells its peers when it decides.
+    pub fn work(&self) -> RequestWork {
+        RequestWork {
+            blocks: self.blocks,
+            prefill_blocks: self.pending_prefill,
+            shared_prefix: self.shared_prefix,
+            copies_prefix: self.copying,
+        }
     }
 
     /// The first response byte arrived: the pod has prefilled this request, so its blocks

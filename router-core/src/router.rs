@@ -15,7 +15,7 @@ use crate::index::PrefixIndex;
 use crate::kv_sync::{
     Applied, DEFAULT_MAX_ENGINE_BLOCKS, KvEvent, PodSync, SyncError, SyncSettings,
 };
-use crate::load::{Candidate, OutstandingGuard, RequestWork};
+use crate::load::{Candidate, OutstandingGuard, PodLoad, RequestWork};
 use crate::policy::prefix_load::uncached_blocks;
 use crate::policy::{LeastRequest, Policy, PolicyInput, PrefixCache, PrefixLoad, Random, Strategy};
 use crate::tokenize::{self, TokenizeError, Tokenizer};
@@ -138,6 +138,31 @@ impl Router {
         )
     }
 
+    /// Records that a request with `hashes` (empty: a strategy that does not hash) went to
+    /// `pod`: its blocks in the index and, with `prefix-load`'s family term on, its family on
+    /// the pod's `load` when this router routes to that pod. [`route`](Self::route) calls it
+    /// for its own decisions, cluster sharing for the other gateways'
+    /// ([`crate::cluster::PeerTable`]).
+    pub fn record_placement(
+        &self,
+        model: &str,
+        hashes: &[u64],
+        pod: &str,
+        load: Option<&PodLoad>,
+        now: Millis,
+    ) {
+        let Some(&root) = hashes.first() else {
+            return;
+        };
+        self.index.add(model, hashes, pod, now);
+        // Only `prefix-load`'s family term reads the families; with it off they cost nothing.
+        if let Some(window) = self.prefix_load.family_window()
+            && let Some(load) = load
+        {
+            load.families().record(root, now, window);
+        }
+    }
+
     /// Chooses a pod among `pods` (the ready ones) and counts the request against it.
     pub fn route(
         &self,
@@ -195,16 +220,14 @@ impl Router {
             shared_prefix: choice.shared_prefix,
             copies_prefix: choice.selection == Some(crate::decision::Selection::CostModel),
         });
-        if strategy.uses_prefix_index() && !hashes.is_empty() {
-            self.index.add(request.model, &hashes, chosen.name, now);
-        }
-        // Only `prefix-load`'s family term reads the families; with it off they cost nothing.
-        if strategy.uses_prefix_index()
-            && let Some(window) = self.prefix_load.family_window()
-            && let Some(&root) = hashes.first()
-        {
-            chosen.load.families().record(root, now, window);
-        }
+        // Only prefix-aware strategies hash: the others leave `hashes` empty.
+        self.record_placement(
+            request.model,
+            &hashes,
+            chosen.name,
+            Some(&**chosen.load),
+            now,
+        );
         Ok(Routed {
             decision: Decision {
                 pod: choice.pod,

@@ -1,4 +1,5 @@
-//! `least-request`: the minimum outstanding count, uniform among ties.
+//! `least-request`: the minimum outstanding count, uniform among ties. With cluster sharing
+//! on, the count is every gateway's (`PodLoad::shared_outstanding`), as in AIBrix with Redis.
 
 use rand::Rng;
 use rand::RngCore;
@@ -18,7 +19,10 @@ impl Policy for LeastRequest {
 /// A uniformly random pod among those with the minimum outstanding count. Shared with the
 /// prefix-cache fallback, which AIBrix defines the same way.
 pub(crate) fn least_loaded(pods: &[Candidate<'_>], rng: &mut dyn RngCore) -> usize {
-    let counts: Vec<u64> = pods.iter().map(|pod| pod.load.outstanding()).collect();
+    let counts: Vec<u64> = pods
+        .iter()
+        .map(|pod| pod.load.shared_outstanding())
+        .collect();
     least_loaded_of(&counts, rng)
 }
 

@@ -16,6 +16,12 @@
 //! The chosen pod's match % (0 when it did not match) goes in the decision; the router then
 //! counts the request and adds its blocks for the chosen pod.
 //!
+//! With cluster sharing on, the counts are every gateway's ([`PodLoad::shared_outstanding`]),
+//! as AIBrix's gateway replicas add the counts they sync through Redis to their own
+//! (`syncRunningRequestsGlobally`); a lone gateway's are its own.
+//!
+//! [`PodLoad::shared_outstanding`]: crate::load::PodLoad::shared_outstanding
+//!
 //! Deliberate difference: AIBrix re-reads the counts in the gate, the σ filter and the
 //! fallback, so under concurrency the three can disagree; we take one snapshot, so the three
 //! steps judge the same loads. With two pods the σ filter can never reject (k ≥ 1 > 1/√2):
@@ -53,7 +59,7 @@ impl Policy for PrefixCache {
         let counts: Vec<u64> = input
             .pods
             .iter()
-            .map(|pod| pod.load.outstanding())
+            .map(|pod| pod.load.shared_outstanding())
             .collect();
         let gate = imbalance_gate(&counts, self.imbalance_abs_count);
         let imbalance = gate.is_some();

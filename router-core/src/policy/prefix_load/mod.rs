@@ -57,6 +57,10 @@
 //! The prefix of a request is named by the hash of the deepest block it shares with its best
 //! holder; [`PodLoad`] counts each pod's outstanding requests and copies per prefix.
 //!
+//! Every load signal is read through the shared view (`PodLoad::shared_*`,
+//! [`crate::cluster`]): with cluster sharing on, the other gateways' requests in flight count
+//! as this gateway's own do; a lone gateway's are its own.
+//!
 //! So a cached pod with spare room wins (its prefill term is small), a hot prefix's owner
 //! loses to an idle pod once it carries more than `idle_prefill_weight` requests' work, and
 //! to a busy pod once its extra work outweighs `prefill_weight` prefills of the prefix (then
@@ -109,7 +113,11 @@ impl Policy for PrefixLoad {
         let names: Vec<&str> = input.pods.iter().map(|pod| pod.name).collect();
         let percents = input.index.match_names(input.model, input.hashes, &names);
         if blocks == 0 {
-            let counts: Vec<u64> = input.pods.iter().map(|p| p.load.outstanding()).collect();
+            let counts: Vec<u64> = input
+                .pods
+                .iter()
+                .map(|p| p.load.shared_outstanding())
+                .collect();
             let pod = least_loaded_of(&counts, input.rng);
             return Choice {
                 pod,
@@ -131,7 +139,8 @@ impl Policy for PrefixLoad {
             .pods
             .iter()
             .map(|pod| {
-                shared_prefix.map_or_else(PrefixCounts::default, |p| pod.load.prefix_counts(p))
+                shared_prefix
+                    .map_or_else(PrefixCounts::default, |p| pod.load.shared_prefix_counts(p))
             })
             .collect();
         // An idle pod's cheap prefill is worth spending on a prefix that is new or in use;
@@ -210,26 +219,26 @@ pub fn uncached_blocks(blocks: u64, percent: u8) -> u64 {
 /// The estimated cost of sending a request that must prefill `uncached` blocks to `load`.
 /// `idle_rule`: an idle pod's prefill may be priced at `idle_prefill_weight`.
 pub fn pod_cost(load: &PodLoad, uncached: u64, weights: &PrefixLoadConfig, idle_rule: bool) -> f64 {
-    let active = load.active_blocks() as f64;
+    let active = load.shared_active_blocks() as f64;
     // On a pod with nothing outstanding the prefill shares no step and delays no one already
     // there: it costs about its own time (and the wait of the next arrival behind it), so a
     // hot prefix is copied there early, while the copy is fast, rather than once its owner
     // saturates and every pod is busy.
-    let prefill_weight = if idle_rule && load.outstanding() == 0 {
+    let prefill_weight = if idle_rule && load.shared_outstanding() == 0 {
         weights.idle_prefill_weight
     } else {
         weights.prefill_weight
     };
     let mut cost = prefill_weight * uncached as f64
         + active
-        + weights.pending_weight * load.pending_prefill_blocks() as f64;
+        + weights.pending_weight * load.shared_pending_prefill_blocks() as f64;
     if let Some(stats) = load.engine_stats()
         && stats.waiting > 0
-        && load.pending_prefill_blocks() == 0
+        && load.shared_pending_prefill_blocks() == 0
     {
         // With no prefill pending here the engine's queue is waiting for batch slots, and a
         // queued request delays this one by a whole request's residence, not a prefill.
-        let mean = active / load.outstanding().max(1) as f64;
+        let mean = active / load.shared_outstanding().max(1) as f64;
         cost += weights.waiting_weight * f64::from(stats.waiting) * mean;
     }
     cost
