@@ -10,6 +10,7 @@
 //! [`Metrics`] is one `Arc` around its metric families: every response body holds a clone
 //! until it ends, so a clone must cost one reference count, not one per family.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,12 +44,18 @@ struct Families {
     requests: IntCounterVec,
     outstanding: IntGaugeVec,
     ready: IntGaugeVec,
+    model_in_flight: IntGaugeVec,
+    model_ready: IntGaugeVec,
+    model_queue: IntGaugeVec,
     upstream_ttft: HistogramVec,
     upstream_total: HistogramVec,
     retries: IntCounterVec,
     ejections: IntCounterVec,
     readmissions: IntCounterVec,
     admission_rejections: IntCounterVec,
+    /// One render at a time: each resets the per-pod and per-model gauges before refilling
+    /// them, and a concurrent scrape must not read between the two.
+    rendering: std::sync::Mutex<()>,
 }
 
 /// One replica's per-pod gauges as a scrape reads them (metrics know pods by name only, not
@@ -58,6 +65,10 @@ pub struct PodGauges<'a> {
     pub pod: &'a str,
     pub outstanding: u64,
     pub ready: bool,
+    /// The models it serves (the per-model gauges sum over them).
+    pub models: &'a [String],
+    /// `vllm:num_requests_waiting` from the last engine scrape, if any.
+    pub engine_waiting: Option<u64>,
 }
 
 /// A metric could not be registered (a name clash: a programming error caught by tests).
@@ -153,6 +164,29 @@ impl Metrics {
             ),
             &["pod"],
         )?;
+        // Per model, for autoscalers (HPA, KEDA): what the replicas of a model have in flight
+        // through this gateway, how many take requests, and how many wait in their engines.
+        let model_in_flight = IntGaugeVec::new(
+            Opts::new(
+                "prefixgate_model_in_flight_requests",
+                "Requests in flight through this gateway on the replicas serving the model",
+            ),
+            &["model"],
+        )?;
+        let model_ready = IntGaugeVec::new(
+            Opts::new(
+                "prefixgate_model_ready_replicas",
+                "Replicas serving the model that take new requests",
+            ),
+            &["model"],
+        )?;
+        let model_queue = IntGaugeVec::new(
+            Opts::new(
+                "prefixgate_model_queue_depth",
+                "Requests waiting in the engines of the model's replicas (vllm:num_requests_waiting summed; engine scrape)",
+            ),
+            &["model"],
+        )?;
         let upstream_ttft = HistogramVec::new(
             HistogramOpts::new(
                 "prefixgate_upstream_ttft_seconds",
@@ -207,6 +241,9 @@ impl Metrics {
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(outstanding.clone()))?;
         registry.register(Box::new(ready.clone()))?;
+        registry.register(Box::new(model_in_flight.clone()))?;
+        registry.register(Box::new(model_ready.clone()))?;
+        registry.register(Box::new(model_queue.clone()))?;
         registry.register(Box::new(upstream_ttft.clone()))?;
         registry.register(Box::new(upstream_total.clone()))?;
         registry.register(Box::new(retries.clone()))?;
@@ -239,12 +276,16 @@ impl Metrics {
             requests,
             outstanding,
             ready,
+            model_in_flight,
+            model_ready,
+            model_queue,
             upstream_ttft,
             upstream_total,
             retries,
             ejections,
             readmissions,
             admission_rejections,
+            rendering: std::sync::Mutex::new(()),
         };
         Ok(Metrics {
             families: Arc::new(families),
@@ -367,16 +408,45 @@ impl Metrics {
 
     /// The text exposition, with the per-pod gauges refreshed from `pods` first.
     pub fn render<'a>(&self, pods: impl IntoIterator<Item = PodGauges<'a>>) -> String {
+        let f = &self.families;
+        let _one_at_a_time = f
+            .rendering
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Rebuilt from the set as it is now, so a replica or model that left (a drain, a
+        // removal, a pod gone) leaves the exposition instead of freezing at its last value.
+        for family in [
+            &f.outstanding,
+            &f.ready,
+            &f.model_in_flight,
+            &f.model_ready,
+            &f.model_queue,
+        ] {
+            family.reset();
+        }
+        let mut per_model: BTreeMap<&str, (i64, i64, Option<i64>)> = BTreeMap::new();
         for pod in pods {
             let outstanding = i64::try_from(pod.outstanding).unwrap_or(i64::MAX);
-            self.families
-                .outstanding
-                .with_label_values(&[pod.pod])
-                .set(outstanding);
-            self.families
-                .ready
+            f.outstanding.with_label_values(&[pod.pod]).set(outstanding);
+            f.ready
                 .with_label_values(&[pod.pod])
                 .set(i64::from(pod.ready));
+            for model in pod.models {
+                let entry = per_model.entry(model.as_str()).or_default();
+                entry.0 = entry.0.saturating_add(outstanding);
+                entry.1 += i64::from(pod.ready);
+                if let Some(waiting) = pod.engine_waiting {
+                    let waiting = i64::try_from(waiting).unwrap_or(i64::MAX);
+                    entry.2 = Some(entry.2.unwrap_or(0).saturating_add(waiting));
+                }
+            }
+        }
+        for (model, (in_flight, ready, queue)) in per_model {
+            f.model_in_flight.with_label_values(&[model]).set(in_flight);
+            f.model_ready.with_label_values(&[model]).set(ready);
+            if let Some(queue) = queue {
+                f.model_queue.with_label_values(&[model]).set(queue);
+            }
         }
         let mut buffer = Vec::new();
         if let Err(error) = TextEncoder::new().encode(&self.families.registry.gather(), &mut buffer)
@@ -524,6 +594,8 @@ mod tests {
             pod: "a",
             outstanding,
             ready,
+            models: &[],
+            engine_waiting: None,
         };
         let text = metrics.render([pod(1, true)]);
         assert!(
@@ -541,6 +613,62 @@ mod tests {
         );
         assert!(
             text.contains(r#"prefixgate_replica_ready{pod="a"} 0"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn model_gauges_sum_the_replicas_of_a_model_and_gone_pods_leave() {
+        let metrics = Metrics::new().unwrap();
+        let m = vec!["m".to_owned()];
+        let other = vec!["x".to_owned()];
+        let text = metrics.render([
+            PodGauges {
+                pod: "a",
+                outstanding: 3,
+                ready: true,
+                models: &m,
+                engine_waiting: Some(2),
+            },
+            PodGauges {
+                pod: "b",
+                outstanding: 1,
+                ready: false,
+                models: &m,
+                engine_waiting: Some(5),
+            },
+            PodGauges {
+                pod: "c",
+                outstanding: 0,
+                ready: true,
+                models: &other,
+                engine_waiting: None,
+            },
+        ]);
+        for line in [
+            r#"prefixgate_model_in_flight_requests{model="m"} 4"#,
+            r#"prefixgate_model_ready_replicas{model="m"} 1"#,
+            r#"prefixgate_model_queue_depth{model="m"} 7"#,
+            r#"prefixgate_model_ready_replicas{model="x"} 1"#,
+        ] {
+            assert!(text.contains(line), "missing {line}\n{text}");
+        }
+        assert!(
+            !text.contains(r#"prefixgate_model_queue_depth{model="x"}"#),
+            "{text}"
+        );
+        // b is gone: its series and the model it alone served leave with it.
+        let text = metrics.render([PodGauges {
+            pod: "a",
+            outstanding: 0,
+            ready: true,
+            models: &m,
+            engine_waiting: None,
+        }]);
+        assert!(!text.contains(r#"pod="b""#), "{text}");
+        assert!(!text.contains(r#"model="x""#), "{text}");
+        assert!(
+            text.contains(r#"prefixgate_model_in_flight_requests{model="m"} 0"#),
             "{text}"
         );
     }

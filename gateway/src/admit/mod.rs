@@ -279,7 +279,7 @@ impl Admission {
 }
 
 /// Equal bytes, in time that depends only on the lengths.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut difference = u8::from(a.len() != b.len());
     for (i, x) in a.iter().enumerate() {
         difference |= x ^ b.get(i).copied().unwrap_or(!x);

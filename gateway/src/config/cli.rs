@@ -156,6 +156,15 @@ pub struct Cli {
         hide_env_values = true
     )]
     pub api_keys: Vec<String>,
+    /// Bearer token the admin API (/admin/replicas on the metrics listener) requires
+    /// (replaces the file's admin.token). Without one, the admin API is open.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "PREFIXGATE_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
     /// Requests in flight through the gateway at most, then 429 (0: no cap) [default: 0].
     #[arg(long, value_name = "N")]
     pub max_in_flight: Option<usize>,
@@ -340,6 +349,9 @@ impl Cli {
         }
         if self.kv_sync {
             config.kv_sync.enabled = true;
+        }
+        if let Some(token) = &self.admin_token {
+            config.admin.token = Some(token.clone());
         }
         if !self.api_keys.is_empty() {
             config.admission.api_keys = self.api_keys.clone();

@@ -23,6 +23,7 @@ use crate::admit::Admission;
 pub use crate::admit::{AdmissionConfig, TenantConfig};
 pub use crate::edge::tls::TlsConfig;
 pub use crate::kv_sync::KvSyncConfig;
+pub use crate::replicas::admin::AdminConfig;
 pub use crate::replicas::discovery::{DiscoveryConfig, DiscoveryKind};
 pub use crate::replicas::static_::BackendConfig;
 
@@ -55,6 +56,8 @@ pub struct GatewayConfig {
     pub routing: RouterConfig,
     /// KV-event sync: the engines' cache events feed the prefix index.
     pub kv_sync: KvSyncConfig,
+    /// The runtime admin API on the metrics listener (`replicas::admin`).
+    pub admin: AdminConfig,
 }
 
 impl Default for GatewayConfig {
@@ -75,6 +78,7 @@ impl Default for GatewayConfig {
             discovery: DiscoveryConfig::default(),
             routing: RouterConfig::default(),
             kv_sync: KvSyncConfig::default(),
+            admin: AdminConfig::default(),
         }
     }
 }
@@ -274,6 +278,18 @@ impl GatewayConfig {
             }
         }
         Admission::new(self.admission.clone()).map_err(ConfigFileError::Admission)?;
+        if self
+            .admin
+            .token
+            .as_deref()
+            .is_some_and(|t| t.trim().is_empty())
+        {
+            return Err(invalid(
+                "admin.token",
+                String::new(),
+                "is empty; leave it out for an open admin API",
+            ));
+        }
         let mut names = std::collections::HashSet::new();
         for (i, backend) in self.backends.iter().enumerate() {
             if backend.name.is_empty() {

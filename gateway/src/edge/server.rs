@@ -25,6 +25,7 @@ use crate::edge::listener;
 use crate::edge::tls::TlsError;
 use crate::kv_sync::{self, SyncHandles};
 use crate::metrics::{Metrics, MetricsError};
+use crate::replicas::admin::{self, AdminHandle};
 use crate::replicas::embedded::{self, EmbeddedReplicas};
 use crate::replicas::health::{self, HealthSettings};
 use crate::replicas::{Replicas, engine_scrape, kubernetes, static_};
@@ -219,9 +220,18 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     let serves_tls = tls.is_some();
     let server = listener::spawn(listener, app(Arc::clone(&state)), tls, stopped.clone());
     // Plain HTTP always: Prometheus scrapes it from inside the cluster.
+    let admin = admin::routes(AdminHandle {
+        replicas: Arc::clone(&replicas),
+        router: Arc::clone(&router),
+        client: state.client.clone(),
+        health: health_settings,
+        metrics: metrics.clone(),
+        token: config.admin.token.as_deref().map(Arc::from),
+        kubernetes,
+    });
     let metrics_server = listener::spawn(
         metrics_listener,
-        metrics_app(Arc::clone(&state)),
+        metrics_app(Arc::clone(&state)).merge(admin),
         None,
         stopped,
     );

@@ -13,8 +13,8 @@ use mock_engine::model::EngineProfile;
 use mock_engine::server::{FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica_with_events};
 
 use crate::config::EmbeddedConfig;
-use crate::replicas::Replica;
 use crate::replicas::kv_events::EventEndpoints;
+use crate::replicas::{Origin, Replica};
 
 /// Running embedded replicas; shut down with the gateway.
 #[derive(Debug, Default)]
@@ -68,7 +68,8 @@ pub async fn spawn(
                     handle.name(),
                     handle.addr().to_string(),
                     vec![config.served_model.clone()],
-                );
+                )
+                .with_origin(Origin::Embedded);
                 if let Some(endpoint) = handle.kv_events_endpoint() {
                     tracing::info!(
                         replica = %handle.name(),

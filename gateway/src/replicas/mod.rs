@@ -8,10 +8,15 @@
 //! and config file), [`embedded`] (in-process mock engines), [`kubernetes`] (pods watched
 //! through the API server), [`health`] (active probes, ejection, re-admission, model
 //! discovery), [`engine_scrape`] (vLLM gauges into the load view) and [`kv_events`] (where a
-//! replica publishes KV-cache events). Health checks and the
-//! scrape read the current snapshot on every tick, so they cover whatever discovery has put
-//! there.
+//! replica publishes KV-cache events), and [`admin`] (the runtime admin API: list, add,
+//! drain, remove). Health checks and the scrape read the current snapshot on every tick, so
+//! they cover whatever discovery or the admin API has put there.
+//!
+//! A replica is **routable** while it is ready (not ejected by health) and not draining. A
+//! draining replica takes no new request; the requests already on it hold its `Arc` and run
+//! to their end, wherever the set has moved since.
 
+pub mod admin;
 pub mod discovery;
 pub mod embedded;
 pub mod engine_scrape;
@@ -46,6 +51,33 @@ pub struct Replica {
     /// Whether KV-event sync subscribes to it (all static and embedded replicas; Kubernetes
     /// pods only with AIBrix's `model.aibrix.ai/kv-events-enabled: "true"` label).
     publishes_kv_events: bool,
+    /// Set when it is leaving (an admin drain): it takes no new request.
+    draining: AtomicBool,
+    origin: Origin,
+}
+
+/// Where a replica came from; decides what the admin API may do with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// `[[backends]]` or `--backend`.
+    Static,
+    /// `--mock-engines N`, in this process.
+    Embedded,
+    /// A pod found by Kubernetes discovery (only the watch adds and removes it).
+    Kubernetes,
+    /// `POST /admin/replicas` (forgotten on restart).
+    Admin,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Static => "static",
+            Origin::Embedded => "embedded",
+            Origin::Kubernetes => "kubernetes",
+            Origin::Admin => "admin",
+        }
+    }
 }
 
 /// What a failure or success report did to a replica's readiness.
@@ -69,6 +101,38 @@ impl Replica {
             consecutive_successes: AtomicU32::new(0),
             kv_events: None,
             publishes_kv_events: true,
+            draining: AtomicBool::new(false),
+            origin: Origin::Static,
+        }
+    }
+
+    /// The same replica, from `origin`.
+    pub fn with_origin(mut self, origin: Origin) -> Self {
+        self.origin = origin;
+        self
+    }
+
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+
+    /// Stops new requests from reaching it; returns whether it was not draining before.
+    pub fn start_draining(&self) -> bool {
+        !self.draining.swap(true, Ordering::AcqRel)
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// `draining`, `ready` or `ejected` (by health checks or refused connections).
+    pub fn state(&self) -> &'static str {
+        if self.is_draining() {
+            "draining"
+        } else if self.ready.load(Ordering::Acquire) {
+            "ready"
+        } else {
+            "ejected"
         }
     }
 
@@ -112,9 +176,9 @@ impl Replica {
         &self.load
     }
 
-    /// Whether the replica takes new requests.
+    /// Whether the replica takes new requests: not ejected and not draining.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.ready.load(Ordering::Acquire) && !self.is_draining()
     }
 
     /// The models the replica serves (empty until known).
@@ -175,6 +239,46 @@ impl Replicas {
         self.current.store(Arc::new(replicas));
     }
 
+    /// The replica named `name`, if it is in the set.
+    pub fn find(&self, name: &str) -> Option<Arc<Replica>> {
+        self.current
+            .load()
+            .iter()
+            .find(|r| r.name() == name)
+            .map(Arc::clone)
+    }
+
+    /// Adds `replica` unless one of that name is in the set (then that one is the error).
+    /// A compare-and-swap on the snapshot, so concurrent adds and removals never lose one
+    /// another's change.
+    pub fn add(&self, replica: Arc<Replica>) -> Result<(), Arc<Replica>> {
+        let mut clash = None;
+        self.current.rcu(|current| {
+            clash = current.iter().find(|r| r.name() == replica.name()).cloned();
+            let mut next = current.as_ref().clone();
+            if clash.is_none() {
+                next.push(Arc::clone(&replica));
+            }
+            next
+        });
+        clash.map_or(Ok(()), Err)
+    }
+
+    /// Removes `replica` (this very one, not a later replica of the same name); returns
+    /// whether it was in the set.
+    pub fn remove(&self, replica: &Arc<Replica>) -> bool {
+        let mut found = false;
+        self.current.rcu(|current| {
+            found = current.iter().any(|r| Arc::ptr_eq(r, replica));
+            current
+                .iter()
+                .filter(|r| !Arc::ptr_eq(r, replica))
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+        found
+    }
+
     /// The union of every replica's models, sorted, without duplicates.
     pub fn models(&self) -> Vec<String> {
         let mut models: Vec<String> = self
@@ -223,6 +327,41 @@ mod tests {
         replica.report_success(1);
         assert_eq!(replica.report_failure(2), HealthChange::Unchanged);
         assert!(replica.is_ready());
+    }
+
+    #[test]
+    fn a_draining_replica_is_not_ready_whatever_health_says() {
+        let replica = Replica::new("a", "127.0.0.1:1", vec![]);
+        assert_eq!(replica.state(), "ready");
+        assert!(replica.start_draining());
+        assert!(!replica.start_draining(), "already draining");
+        assert!(!replica.is_ready());
+        assert_eq!(replica.state(), "draining");
+        replica.report_success(1);
+        assert!(!replica.is_ready(), "a good probe does not undo a drain");
+        let ejected = Replica::new("b", "127.0.0.1:2", vec![]);
+        ejected.report_failure(1);
+        assert_eq!(ejected.state(), "ejected");
+    }
+
+    #[test]
+    fn adds_refuse_a_taken_name_and_removals_take_that_very_replica() {
+        let a = Arc::new(Replica::new("a", "h:1", vec![]));
+        let replicas = Replicas::new(vec![Arc::clone(&a)]);
+        let twin = Arc::new(Replica::new("a", "h:9", vec![]));
+        let clash = replicas.add(Arc::clone(&twin)).unwrap_err();
+        assert!(Arc::ptr_eq(&clash, &a));
+        let b = Arc::new(Replica::new("b", "h:2", vec![]));
+        replicas.add(Arc::clone(&b)).unwrap();
+        assert!(Arc::ptr_eq(&replicas.find("b").unwrap(), &b));
+        assert!(!replicas.remove(&twin), "not in the set");
+        assert!(replicas.remove(&a));
+        let names: Vec<String> = replicas
+            .snapshot()
+            .iter()
+            .map(|r| r.name().to_owned())
+            .collect();
+        assert_eq!(names, ["b"]);
     }
 
     #[test]

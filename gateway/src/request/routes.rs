@@ -102,13 +102,20 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 /// The metrics text with each replica's outstanding count and readiness as of now.
 fn render_metrics(state: &AppState) -> String {
     let snapshot = state.replicas.snapshot();
-    state
-        .metrics
-        .render(snapshot.iter().map(|replica| PodGauges {
-            pod: replica.name(),
-            outstanding: replica.load().outstanding(),
-            ready: replica.is_ready(),
-        }))
+    // Each replica's model list, held for the render (the gauges borrow it).
+    let models: Vec<_> = snapshot.iter().map(|replica| replica.models()).collect();
+    state.metrics.render(
+        snapshot
+            .iter()
+            .zip(&models)
+            .map(|(replica, models)| PodGauges {
+                pod: replica.name(),
+                outstanding: replica.load().outstanding(),
+                ready: replica.is_ready(),
+                models: models.as_slice(),
+                engine_waiting: replica.load().engine_stats().map(|s| u64::from(s.waiting)),
+            }),
+    )
 }
 
 async fn unknown_path(request: Request) -> Response {

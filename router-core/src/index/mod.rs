@@ -212,6 +212,16 @@ impl PrefixIndex {
         self.shards.iter().map(|shard| lock(shard).len()).sum()
     }
 
+    /// How many blocks the index records for `pod`, any model (what the gateway believes the
+    /// pod caches; for its admin listing). Walks every block, so not for the request path.
+    pub fn blocks_held_by(&self, pod: &str) -> usize {
+        let pod = name_key(pod);
+        self.shards
+            .iter()
+            .map(|shard| lock(shard).count_pod(pod))
+            .sum()
+    }
+
     /// Whether the index holds no block.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

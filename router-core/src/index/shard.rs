@@ -116,6 +116,17 @@ impl Shard {
         self.map.len()
     }
 
+    /// How many held blocks name `pod` (for any model). Walks every block.
+    pub(super) fn count_pod(&self, pod: PodKey) -> usize {
+        self.map
+            .values()
+            .filter(|&&slot| {
+                let pods = &self.slots[slot as usize].pods;
+                pods.first.1 == pod || pods.more.iter().any(|pair| pair.1 == pod)
+            })
+            .count()
+    }
+
     #[cfg(test)]
     pub(super) fn capacity(&self) -> usize {
         self.capacity

@@ -254,3 +254,22 @@ fn remove_forgets_one_pod_of_one_model() {
     }
     assert_eq!(index.len(), 3, "a block nobody holds is dropped");
 }
+
+#[test]
+fn blocks_held_by_counts_a_pods_blocks_once_across_models_and_shards() {
+    // Sharded (2 048 blocks → 2 shards): the count walks every shard.
+    let index = PrefixIndex::new(2_048, 60_000);
+    let hashes = block_hashes(b"abcdefghijklmnop", 4, 0);
+    index.add(MODEL, &hashes, "a", 0);
+    index.add("m2", &hashes[..2], "a", 0);
+    index.add(MODEL, &hashes[..3], "b", 0);
+    assert_eq!(
+        index.blocks_held_by("a"),
+        4,
+        "a block held for two models counts once"
+    );
+    assert_eq!(index.blocks_held_by("b"), 3);
+    assert_eq!(index.blocks_held_by("nobody"), 0);
+    assert!(index.remove(MODEL, hashes[0], "b"));
+    assert_eq!(index.blocks_held_by("b"), 2);
+}

@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio::sync::watch as signal;
 
 use crate::replicas::discovery::DiscoveryConfig;
-use crate::replicas::{Replica, Replicas};
+use crate::replicas::{Origin, Replica, Replicas};
 
 use self::api::ApiServer;
 use self::pod::{Pod, PodLabels, PodState};
@@ -117,7 +117,8 @@ impl PodTable {
                             endpoint.name.clone(),
                             endpoint.authority.clone(),
                             vec![endpoint.model.clone()],
-                        );
+                        )
+                        .with_origin(Origin::Kubernetes);
                         Arc::new(if endpoint.kv_events {
                             replica
                         } else {
