@@ -1,13 +1,20 @@
-//! What traffic to send: the matrix definition, prompts, schedules and priming plans, and the
-//! operations phases (staged or closed-loop load, tenant mixes).
+//! What traffic to send: the matrix definition, prompts, schedules and priming plans, the
+//! operations phases (staged or closed-loop load, tenant mixes), and the shapes of production
+//! traffic (arrival processes, family popularity and churn, length distributions, multi-turn
+//! conversations).
 //!
 //! Pure: no I/O (beyond [`Matrix::load`] reading its file), no clock, no threads. Runners
 //! (simulated or live) ask this module what to send and when, send it, and hand what
 //! happened to [`crate::measure`].
 
 pub mod arrivals;
+pub mod chat;
+pub mod conversation;
+pub mod inter_arrival;
+pub mod length;
 pub mod matrix;
 pub mod operations;
+pub mod popularity;
 pub mod priming;
 pub mod prompt;
 pub mod schedule;

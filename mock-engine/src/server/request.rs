@@ -5,9 +5,9 @@
 //! (`temperature`, `top_p`, …) are accepted and ignored, as vLLM accepts extra fields. Every
 //! wrong input is a 400 whose message names the field and what was expected.
 //!
-//! Chat prompts are rendered with a tiny fixed template, `<|role|> content` per message and a
-//! trailing `<|assistant|>`, so a chat request costs a few more tokens than its bare text, as a
-//! real chat template does.
+//! Chat prompts are rendered with the mock's fixed template ([`crate::chat_template`]),
+//! `<|role|> content` per message and a trailing `<|assistant|>`, so a chat request costs a few
+//! more tokens than its bare text, as a real chat template does.
 
 use serde_json::{Map, Value};
 
@@ -103,7 +103,7 @@ fn chat_prompt(fields: &Map<String, Value>) -> Result<String, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::bad_request("`messages` must not be empty"));
     }
-    let mut text = String::new();
+    let mut rendered = Vec::with_capacity(messages.len());
     for (i, message) in messages.iter().enumerate() {
         let Value::Object(message) = message else {
             return Err(wrong_type(&format!("messages[{i}]"), "an object"));
@@ -113,15 +113,13 @@ fn chat_prompt(fields: &Map<String, Value>) -> Result<String, ApiError> {
             Some(_) => return Err(wrong_type(&format!("messages[{i}].role"), "a string")),
             None => return Err(missing(&format!("messages[{i}].role"))),
         };
-        let content = message_content(i, message.get("content"))?;
-        text.push_str("<|");
-        text.push_str(role);
-        text.push_str("|> ");
-        text.push_str(&content);
-        text.push(' ');
+        rendered.push((role, message_content(i, message.get("content"))?));
     }
-    text.push_str("<|assistant|>");
-    Ok(text)
+    Ok(crate::chat_template::render(
+        rendered
+            .iter()
+            .map(|(role, content)| (*role, content.as_str())),
+    ))
 }
 
 /// A message's content: a string, null, or an array of `{"type":"text","text":…}` parts
