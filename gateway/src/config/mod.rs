@@ -178,6 +178,31 @@ impl Default for EmbeddedConfig {
     }
 }
 
+impl EmbeddedConfig {
+    /// Checks the table; `linked` says whether this build has the mock engines (the
+    /// `mock-engines` cargo feature).
+    fn validate(&self, linked: bool) -> Result<(), ConfigFileError> {
+        if self.mock_engines > 0 && !linked {
+            return Err(invalid(
+                "embedded.mock_engines",
+                self.mock_engines.to_string(),
+                "this prefixgate was built without the `mock-engines` cargo feature; build it \
+                 with that feature (on by default: cargo build -p gateway) to start simulated \
+                 replicas, or give real ones",
+            ));
+        }
+        let scale = self.time_scale;
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(invalid(
+                "embedded.time_scale",
+                scale.to_string(),
+                "must be > 0",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl GatewayConfig {
     /// Reads and parses a TOML file (no environment or flags applied yet).
     pub fn from_file(path: &Path) -> Result<Self, ConfigFileError> {
@@ -250,14 +275,7 @@ impl GatewayConfig {
                 return Err(invalid(key, value.to_string(), "must be at least 1"));
             }
         }
-        let scale = self.embedded.time_scale;
-        if !(scale.is_finite() && scale > 0.0) {
-            return Err(invalid(
-                "embedded.time_scale",
-                scale.to_string(),
-                "must be > 0",
-            ));
-        }
+        self.embedded.validate(cfg!(feature = "mock-engines"))?;
         self.discovery.validate()?;
         if self.discovery.kind == DiscoveryKind::Kubernetes {
             // One source of truth for the replica set: mixing fixed entries into a watched
@@ -366,6 +384,23 @@ mod tests {
         assert_eq!(config.admission.tenants["B"].max_in_flight, 2);
         assert_eq!(config.admission.tenants["B"].tokens_per_second, Some(2000));
         assert_eq!(config.admission.tenants["B"].token_burst, Some(20000));
+    }
+
+    #[test]
+    fn mock_engines_need_the_feature() {
+        let embedded = EmbeddedConfig {
+            mock_engines: 2,
+            ..EmbeddedConfig::default()
+        };
+        embedded.validate(true).unwrap();
+        let error = embedded.validate(false).unwrap_err().to_string();
+        assert!(
+            error.contains("embedded.mock_engines")
+                && error.contains("`mock-engines` cargo feature"),
+            "{error}"
+        );
+        // Without mock engines asked for, a build without them starts.
+        EmbeddedConfig::default().validate(false).unwrap();
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! [`ArcSwap`] snapshot ([`Replicas`]): discovery swaps in a new `Arc<Vec<…>>`, the request path
 //! only loads it, so nothing on the request path takes a lock. Sources and background work
 //! each have their own module: [`discovery`] (the `[discovery]` settings), [`static_`] (flags
-//! and config file), [`embedded`] (in-process mock engines), [`kubernetes`] (pods watched
+//! and config file), [`embedded`] (in-process mock engines, with the default `mock-engines`
+//! cargo feature), [`kubernetes`] (pods watched
 //! through the API server), [`health`] (active probes, ejection, re-admission, model
 //! discovery), [`engine_scrape`] (vLLM gauges into the load view) and [`kv_events`] (where a
 //! replica publishes KV-cache events), and [`admin`] (the runtime admin API: list, add,
@@ -18,7 +19,37 @@
 
 pub mod admin;
 pub mod discovery;
+#[cfg(feature = "mock-engines")]
 pub mod embedded;
+#[cfg(not(feature = "mock-engines"))]
+pub mod embedded {
+    //! A build without the `mock-engines` feature has no embedded replicas; configuration
+    //! refuses `embedded.mock_engines` above 0 before start-up gets here.
+
+    use std::sync::Arc;
+
+    use crate::config::EmbeddedConfig;
+    use crate::replicas::Replica;
+
+    /// No replicas to stop.
+    #[derive(Debug, Default)]
+    pub struct EmbeddedReplicas;
+
+    impl EmbeddedReplicas {
+        pub async fn shutdown(self) {}
+    }
+
+    /// No replicas; an error if some were asked for.
+    pub async fn spawn(
+        config: &EmbeddedConfig,
+        _kv_events: bool,
+    ) -> Result<(Vec<Arc<Replica>>, EmbeddedReplicas), String> {
+        if config.mock_engines > 0 {
+            return Err("built without the `mock-engines` cargo feature".to_owned());
+        }
+        Ok((Vec::new(), EmbeddedReplicas))
+    }
+}
 pub mod engine_scrape;
 pub mod health;
 pub mod kubernetes;
@@ -148,6 +179,13 @@ impl Replica {
     }
 
     /// The same replica, publishing KV-cache events at `endpoints`.
+    #[cfg_attr(
+        not(feature = "mock-engines"),
+        expect(
+            dead_code,
+            reason = "only embedded mock engines carry their own endpoints"
+        )
+    )]
     pub fn with_kv_events(mut self, endpoints: EventEndpoints) -> Self {
         self.kv_events = Some(endpoints);
         self
