@@ -22,7 +22,7 @@ pub(crate) use error::invalid;
 use crate::admit::Admission;
 pub use crate::admit::{AdmissionConfig, TenantConfig};
 pub use crate::edge::tls::TlsConfig;
-pub use crate::kv_sync::KvSyncConfig;
+pub use crate::kv_sync::config::KvSyncConfig;
 pub use crate::replicas::admin::AdminConfig;
 pub use crate::replicas::discovery::{DiscoveryConfig, DiscoveryKind};
 pub use crate::replicas::static_::BackendConfig;

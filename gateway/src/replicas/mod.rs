@@ -22,34 +22,9 @@ pub mod discovery;
 #[cfg(feature = "mock-engines")]
 pub mod embedded;
 #[cfg(not(feature = "mock-engines"))]
-pub mod embedded {
-    //! A build without the `mock-engines` feature has no embedded replicas; configuration
-    //! refuses `embedded.mock_engines` above 0 before start-up gets here.
-
-    use std::sync::Arc;
-
-    use crate::config::EmbeddedConfig;
-    use crate::replicas::Replica;
-
-    /// No replicas to stop.
-    #[derive(Debug, Default)]
-    pub struct EmbeddedReplicas;
-
-    impl EmbeddedReplicas {
-        pub async fn shutdown(self) {}
-    }
-
-    /// No replicas; an error if some were asked for.
-    pub async fn spawn(
-        config: &EmbeddedConfig,
-        _kv_events: bool,
-    ) -> Result<(Vec<Arc<Replica>>, EmbeddedReplicas), String> {
-        if config.mock_engines > 0 {
-            return Err("built without the `mock-engines` cargo feature".to_owned());
-        }
-        Ok((Vec::new(), EmbeddedReplicas))
-    }
-}
+pub mod no_embedded;
+#[cfg(not(feature = "mock-engines"))]
+pub use no_embedded as embedded;
 pub mod engine_scrape;
 pub mod health;
 pub mod kubernetes;
@@ -93,6 +68,13 @@ pub enum Origin {
     /// `[[backends]]` or `--backend`.
     Static,
     /// `--mock-engines N`, in this process.
+    #[cfg_attr(
+        not(feature = "mock-engines"),
+        expect(
+            dead_code,
+            reason = "only the mock-engines feature starts embedded replicas"
+        )
+    )]
     Embedded,
     /// A pod found by Kubernetes discovery (only the watch adds and removes it).
     Kubernetes,
