@@ -16,8 +16,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use loadgen::measure::{MatrixResult, OperationsResult, PhaseResult, Slo, schema_check};
 use loadgen::report;
-use loadgen::run::live_request::http_client;
-use loadgen::run::sim_trace::{TraceLine, trace_lines};
+use loadgen::run::live::request::http_client;
+use loadgen::run::sim::trace_lines::{TraceLine, trace_lines};
 use loadgen::run::{
     LiveRunner, LiveTarget, LocalOptions, LocalStack, PhaseProgress, PhaseRun, ReplicaEndpoint,
     RunDescription, SimOptions, simulate_matrix_runs,

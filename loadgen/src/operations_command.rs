@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use loadgen::measure::{OperationsPhaseResult, Slo};
 use loadgen::report;
-use loadgen::run::live_request::http_client;
+use loadgen::run::live::request::http_client;
 use loadgen::run::{LiveTarget, LocalStacks, OperationsRunner, OperationsTarget, run_operations};
 use loadgen::workload::{Operations, OperationsPhase};
 

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use loadgen::measure::schema_check::check_against_seed;
-use loadgen::run::live_request::http_client;
+use loadgen::run::live::request::http_client;
 use loadgen::run::{LocalStacks, OperationsRunner, OperationsTarget, run_operations};
 use loadgen::workload::Operations;
 use mock_engine::model::EngineProfile;

@@ -402,22 +402,19 @@ fn evaluation_robustness_sweeps() {
 fn cold_phase_pinned(phase: &loadgen::workload::PhaseSpec, owner_of: &[usize]) -> usize {
     use loadgen::measure::{Slo, is_good};
     use loadgen::run::{Arrival, Target};
-    use loadgen::workload::plan_requests;
+    use loadgen::workload::PlannedRequest;
     let options = SimOptions::seed_like(l20());
     let rng = loadgen::workload::seeding::rng_for(phase.seed, &[&phase.name, "oracle"]);
     let mut cluster = options.cluster(rng).expect("default router");
     let prefixes: Vec<String> = (0..phase.shape.families)
         .map(|f| phase.prefix(0, f))
         .collect();
-    let arrivals: Vec<Arrival> = plan_requests(phase)
-        .iter()
-        .map(|r| Arrival {
-            index: r.index,
-            family: r.family,
-            at: r.at,
-            text: phase.measured_prompt(&prefixes[r.family], r),
-            max_tokens: phase.shape.output,
-            target: Target::Direct(owner_of[r.family]),
+    let arrivals: Vec<Arrival> = phase
+        .planned_requests(&prefixes)
+        .into_iter()
+        .map(|request: PlannedRequest| Arrival {
+            target: Target::Direct(owner_of[request.family]),
+            request,
         })
         .collect();
     let served = cluster.drive(arrivals, None).expect("simulation completes");
@@ -481,7 +478,7 @@ fn oracle_cold_uniform() {
 #[ignore = "evaluation: prints one phase request by request"]
 fn trace_phase() {
     use loadgen::run::sim::simulate_phase_traced;
-    use loadgen::run::sim_trace::trace_lines;
+    use loadgen::run::sim::trace_lines::trace_lines;
     let Ok(name) = std::env::var("PL_TRACE") else {
         println!("set PL_TRACE to a phase name, e.g. r1-hot50-prefix-load");
         return;

@@ -8,8 +8,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use gateway::config::AdmissionConfig;
 use gateway::config::BackendConfig;
+use gateway::config::{AdmissionConfig, TenantConfig};
 use gateway::{GatewayConfig, GatewayHandle};
 use mock_engine::model::EngineProfile;
 use mock_engine::server::{FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica};
@@ -17,6 +17,7 @@ use router_core::RouterConfig;
 
 use super::live::{LiveTarget, ReplicaEndpoint};
 use crate::measure::Slo;
+use crate::workload::AdmissionSpec;
 
 /// A running local stack.
 #[derive(Debug)]
@@ -35,8 +36,8 @@ pub struct LocalOptions {
     pub profiles: Vec<EngineProfile>,
     pub time_scale: f64,
     pub model: String,
-    /// The gateway's `[admission]` table (tenant caps for the operations phases).
-    pub admission: AdmissionConfig,
+    /// The gateway's admission settings (tenant caps for the operations phases).
+    pub admission: AdmissionSpec,
     /// The gateway's routing settings (`loadgen` reads them from the environment variables
     /// prefixgate reads).
     pub routing: RouterConfig,
@@ -86,7 +87,7 @@ impl LocalStack {
                     model: Some(options.model.clone()),
                 })
                 .collect(),
-            admission: options.admission,
+            admission: gateway_admission(&options.admission),
             routing: options.routing,
             ..GatewayConfig::default()
         };
@@ -136,11 +137,44 @@ impl LocalStack {
     }
 }
 
+/// The gateway's `[admission]` table for a phase's settings: each key the phase sets,
+/// the gateway's default for the others.
+fn gateway_admission(spec: &AdmissionSpec) -> AdmissionConfig {
+    let mut config = AdmissionConfig::default();
+    let set = |field: &mut usize, value: Option<usize>| *field = value.unwrap_or(*field);
+    set(&mut config.max_in_flight, spec.max_in_flight);
+    set(&mut config.tenant_max_in_flight, spec.tenant_max_in_flight);
+    let set = |field: &mut u64, value: Option<u64>| *field = value.unwrap_or(*field);
+    set(&mut config.retry_after_secs, spec.retry_after_secs);
+    set(
+        &mut config.tenant_tokens_per_second,
+        spec.tenant_tokens_per_second,
+    );
+    set(&mut config.tenant_token_burst, spec.tenant_token_burst);
+    set(&mut config.default_max_tokens, spec.default_max_tokens);
+    if let Some(header) = &spec.tenant_header {
+        header.clone_into(&mut config.tenant_header);
+    }
+    config.tenants = spec
+        .tenants
+        .iter()
+        .map(|(name, limit)| {
+            let tenant = TenantConfig {
+                max_in_flight: limit.max_in_flight,
+                tokens_per_second: limit.tokens_per_second,
+                token_burst: limit.token_burst,
+            };
+            (name.clone(), tenant)
+        })
+        .collect();
+    config
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::run::live::LiveRunner;
-    use crate::run::live_request::http_client;
+    use crate::run::live::request::http_client;
     use crate::workload::Matrix;
 
     fn fast() -> EngineProfile {
@@ -154,7 +188,7 @@ mod tests {
             profiles,
             time_scale,
             model: "m".into(),
-            admission: AdmissionConfig::default(),
+            admission: AdmissionSpec::default(),
             routing: RouterConfig::default(),
         }
     }
@@ -218,7 +252,7 @@ mod tests {
         let mut lengths = Vec::new();
         for replica in &stack.target().replicas {
             let url = format!("{}/v1/models", replica.base);
-            let body = crate::run::live_request::get_text(&client, &url, Duration::from_secs(5))
+            let body = crate::run::live::request::get_text(&client, &url, Duration::from_secs(5))
                 .await
                 .unwrap();
             let models: serde_json::Value = serde_json::from_str(&body).unwrap();

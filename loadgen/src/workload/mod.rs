@@ -3,33 +3,39 @@
 //! traffic (arrival processes, family popularity and churn, length distributions, multi-turn
 //! conversations).
 //!
-//! Pure: no I/O (beyond [`Matrix::load`] reading its file), no clock, no threads. Runners
-//! (simulated or live) ask this module what to send and when, send it, and hand what
-//! happened to [`crate::measure`].
+//! Every workload is a source of [`PlannedRequest`]s (when, what prompt, how many tokens);
+//! runners are their sinks. Pure: no I/O (beyond [`Matrix::load`] reading its file), no
+//! clock, no threads. Runners (simulated or live) ask this module what to send and when,
+//! send it, and hand what happened to [`crate::measure`].
 
+pub mod admission;
 pub mod arrivals;
+pub mod blocks;
 pub mod chat;
 pub mod conversation;
 pub mod inter_arrival;
 pub mod length;
 pub mod matrix;
 pub mod operations;
+pub mod planned;
 pub mod popularity;
 pub mod priming;
 pub mod prompt;
 pub mod schedule;
 pub mod seeding;
 
+pub use admission::{AdmissionSpec, TenantLimit};
 pub use arrivals::{OperationsRequest, stage_arrivals};
 pub use matrix::{Matrix, MatrixError, PhaseSpec, Priming, WorkloadShape};
 pub use operations::{
     ArrivalProcess, Load, Operations, OperationsError, OperationsPhase, PhaseDef, Stage,
     TenantShape,
 };
+pub use planned::{PlannedRequest, Prompt};
 pub use priming::{
     HotAssignment, candidate_count, choose_hot_families, family_owners, initial_owners,
 };
-pub use schedule::{PlannedRequest, family_counts, plan_requests};
+pub use schedule::{PhaseSlot, family_counts, plan_requests};
 
 impl PhaseSpec {
     /// The prefix of candidate `candidate` in setup attempt `attempt` (families of cold and
@@ -44,8 +50,23 @@ impl PhaseSpec {
         )
     }
 
+    /// The measured requests, in send order, once priming has chosen `prefixes[f]` for each
+    /// family `f` (the phase as a source of planned requests).
+    pub fn planned_requests(&self, prefixes: &[String]) -> Vec<PlannedRequest> {
+        plan_requests(self)
+            .iter()
+            .map(|slot| PlannedRequest {
+                index: slot.index,
+                family: slot.family,
+                at: slot.at,
+                prompt: Prompt::Text(self.measured_prompt(&prefixes[slot.family], slot)),
+                max_tokens: self.shape.output,
+            })
+            .collect()
+    }
+
     /// The full prompt of a measured request whose family uses `prefix`.
-    pub fn measured_prompt(&self, prefix: &str, request: &PlannedRequest) -> String {
+    pub fn measured_prompt(&self, prefix: &str, request: &PhaseSlot) -> String {
         let tail = prompt::request_tail(
             &self.name,
             self.seed,

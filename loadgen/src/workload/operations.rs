@@ -14,9 +14,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::str::FromStr;
 
-use gateway::config::AdmissionConfig;
 use router_core::Strategy;
 use serde::Deserialize;
+
+use super::admission::AdmissionSpec;
 
 /// The operations file shipped in `config/operations.toml`, embedded so the binary runs
 /// anywhere.
@@ -105,8 +106,8 @@ pub struct PhaseDef {
     pub tenants: BTreeMap<String, TenantDef>,
     /// Local mode: replicas for this phase (default: `--replicas`).
     pub replicas: Option<usize>,
-    /// Local mode: the gateway's `[admission]` table for this phase (gateway/src/admit/).
-    pub admission: Option<AdmissionConfig>,
+    /// Local mode: the gateway's admission settings for this phase ([`AdmissionSpec`]).
+    pub admission: Option<AdmissionSpec>,
     /// Why the phase needs a real cluster; such phases run only when named by `--phases`.
     pub cluster_only: Option<String>,
     /// Free text for the reader of the file.
@@ -347,11 +348,11 @@ fn validate(def: &PhaseDef, seed: u64, tenant_header: &str) -> Result<Operations
         return Err("replicas must be 1..=64".into());
     }
     if let Some(admission) = &def.admission
-        && admission.tenant_header != tenant_header
+        && let Some(header) = &admission.tenant_header
+        && header != tenant_header
     {
         return Err(format!(
-            "admission.tenant_header {:?} differs from the file's tenant_header {tenant_header:?}",
-            admission.tenant_header
+            "admission.tenant_header {header:?} differs from the file's tenant_header {tenant_header:?}"
         ));
     }
     Ok(OperationsPhase {
@@ -437,7 +438,7 @@ mod tests {
                 "surprise",
             ),
             (
-                "tenant_header = \"x-t\"\n[[phase]]\nname = \"a\"\nrepeat = 1\noutput = 1\nconcurrency = 2\nduration = 5\n[phase.admission]\ntenant_max_in_flight = 1\n",
+                "tenant_header = \"x-t\"\n[[phase]]\nname = \"a\"\nrepeat = 1\noutput = 1\nconcurrency = 2\nduration = 5\n[phase.admission]\ntenant_header = \"x-other\"\n",
                 "admission.tenant_header",
             ),
         ];

@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use super::seeding::{derive_seed, rng_for};
 
 /// Short, common, lowercase words: one token each under the mock tokenizer and most BPEs.
-const VOCABULARY: [&str; 64] = [
+pub(crate) const VOCABULARY: [&str; 64] = [
     "the", "time", "water", "light", "house", "river", "stone", "green", "table", "paper", "music",
     "night", "garden", "window", "market", "bread", "horse", "cloud", "field", "story", "north",
     "south", "road", "tree", "bird", "snow", "rain", "fire", "city", "glass", "sound", "color",

@@ -10,9 +10,10 @@ use rand::seq::SliceRandom;
 use super::matrix::PhaseSpec;
 use super::seeding::rng_for;
 
-/// One measured request of a phase.
+/// One measured request of a phase, before its prompt is known (priming decides which prefix
+/// each family uses; [`PhaseSpec::planned_requests`] then makes the [`super::PlannedRequest`]s).
 #[derive(Debug, Clone, PartialEq)]
-pub struct PlannedRequest {
+pub struct PhaseSlot {
     /// Position in the phase (0-based).
     pub index: usize,
     pub family: usize,
@@ -46,7 +47,7 @@ fn split_evenly(count: usize, parts: usize) -> Vec<usize> {
 }
 
 /// The measured requests of a phase, in send order.
-pub fn plan_requests(phase: &PhaseSpec) -> Vec<PlannedRequest> {
+pub fn plan_requests(phase: &PhaseSpec) -> Vec<PhaseSlot> {
     let shape = &phase.shape;
     let counts = family_counts(shape.count, shape.families, phase.hot_fraction);
     let mut families: Vec<usize> = counts
@@ -61,7 +62,7 @@ pub fn plan_requests(phase: &PhaseSpec) -> Vec<PlannedRequest> {
     families
         .into_iter()
         .enumerate()
-        .map(|(index, family)| PlannedRequest {
+        .map(|(index, family)| PhaseSlot {
             index,
             family,
             at: index as f64 * spacing,

@@ -3,31 +3,34 @@
 //! `routing-strategy` and the tenant header, measured into the operations seed's schema.
 //!
 //! The request path (client, SSE timing, record) is the matrix's
-//! ([`stream_request_with_headers`]); when requests go out is [`super::operations_drive`]'s;
-//! which stack a phase runs on and the whole run are [`super::operations_run`]'s.
+//! ([`stream_request_with_headers`]); when requests go out is [`drive`]'s;
+//! which stack a phase runs on and the whole run are [`stacks`]'s.
+
+pub mod drive;
+pub mod stacks;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use gateway::config::AdmissionConfig;
 use tokio::time::Instant;
 
-use super::live::LiveTarget;
-use super::live_request::{HttpClient, PhaseClock, chat_body, stream_request_with_headers};
-use super::operations_drive::{Driven, closed_loop, open_loop};
-use super::progress::PhaseProgress;
+use drive::{Driven, closed_loop, open_loop};
+
 use crate::measure::{
     OperationsConfig, OperationsOutcome, OperationsPhaseResult, RequestRecord, StageConfig,
     TenantConfig, TenantRecord, is_good, summarize_operations,
 };
-use crate::workload::{ArrivalProcess, Load, OperationsPhase};
+use crate::run::live::LiveTarget;
+use crate::run::live::progress::PhaseProgress;
+use crate::run::live::request::{HttpClient, PhaseClock, chat_body, stream_request_with_headers};
+use crate::workload::{AdmissionSpec, ArrivalProcess, Load, OperationsPhase};
 
 /// What the local stack of a phase was, for its `config` (`None` against a real gateway).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StackShape {
     pub replicas: usize,
-    pub admission: AdmissionConfig,
+    pub admission: AdmissionSpec,
 }
 
 /// The phase's `config` block: the keys the phase uses, as the seed records them.
@@ -196,7 +199,7 @@ mod tests {
     fn configs_echo_the_seed_keys_of_each_phase_kind() {
         let ops = Operations::builtin().unwrap();
         let seed: serde_json::Value =
-            serde_json::from_str(include_str!("../../testdata/operations-phases.json")).unwrap();
+            serde_json::from_str(include_str!("../../../testdata/operations-phases.json")).unwrap();
         for (phase, seed_phase) in ops.phases.iter().zip(seed["phases"].as_array().unwrap()) {
             let ours = serde_json::to_value(operations_config(phase, None)).unwrap();
             let mut keys: Vec<&String> = ours.as_object().unwrap().keys().collect();

@@ -1,10 +1,14 @@
 //! The simulated runner on reduced matrices: schema, invariants and determinism.
 
-use super::*;
-use crate::measure::schema_check::check_against_seed;
+use std::collections::BTreeMap;
+
+use mock_engine::model::EngineProfile;
 use router_core::Strategy;
 
-const SEED: &str = include_str!("../../testdata/matrix-24-phase.json");
+use super::*;
+use crate::measure::schema_check::check_against_seed;
+
+const SEED: &str = include_str!("../../../testdata/matrix-24-phase.json");
 
 fn options() -> SimOptions {
     let profile = EngineProfile::builtin("l20-qwen27b-fp8").expect("builtin profile");
@@ -18,7 +22,7 @@ fn reduced(count: usize) -> Matrix {
 /// A fresh cluster for `phase` with its priming done, as `simulate_phase` starts one.
 fn primed_cluster(phase: &PhaseSpec, options: &SimOptions) -> (SimCluster, Setup) {
     let mut cluster = options.cluster(rng_for(1, &["test"])).unwrap();
-    let setup = prime(&mut cluster, phase, options).unwrap();
+    let setup = prime_phase(&mut cluster, phase, options).unwrap();
     (cluster, setup)
 }
 
@@ -116,14 +120,16 @@ fn guards_are_released_after_every_request() {
     let phase = &reduced(8).phases()[8]; // r1-hot50-prefix-cache
     let (mut cluster, setup) = primed_cluster(phase, &options());
     assert_eq!(cluster.outstanding(), vec![0, 0]);
-    let arrivals = plan_requests(phase)
-        .iter()
+    let origin = cluster.now();
+    let arrivals = phase
+        .planned_requests(&setup.prefixes)
+        .into_iter()
         .map(|r| Arrival {
-            index: r.index,
-            family: r.family,
-            at: cluster.now() + r.at,
-            text: phase.measured_prompt(&setup.prefixes[r.family], r),
-            max_tokens: 4,
+            request: PlannedRequest {
+                at: origin + r.at,
+                max_tokens: 4,
+                ..r
+            },
             target: Target::Routed(phase.route),
         })
         .collect();
@@ -230,7 +236,7 @@ fn refused_requests_are_errors_and_refused_priming_stops_the_phase() {
 
 #[test]
 fn the_trace_has_one_line_per_request_agreeing_with_the_phase() {
-    use super::super::sim_trace::{TraceLine, trace_lines};
+    use super::super::trace_lines::{TraceLine, trace_lines};
     let matrix = reduced(6);
     let options = options();
     let mut traced: Vec<(PhaseResult, Vec<TraceLine>)> = Vec::new();

@@ -13,7 +13,7 @@
 //!
 //! With KV-event sync ([`SimCluster::with_kv_sync`]) each engine records vLLM's KV-cache
 //! events, the batches of every step are applied to the router's index right after the step
-//! (so before any arrival at its end time, see [`super::sim_kv_sync`]), and routed requests
+//! (so before any arrival at its end time, see [`super::kv_sync`]), and routed requests
 //! are hashed on the engine's token ids, as the gateway does with `[kv_sync]` on.
 
 use std::collections::HashMap;
@@ -27,8 +27,9 @@ use router_core::{
     Strategy,
 };
 
-use super::sim_kv_sync::{ClusterSync, KvSyncStats};
+use super::kv_sync::{ClusterSync, KvSyncStats};
 use crate::measure::{EngineCounters, ErrorClass, Peaks, RequestRecord, Usage};
+use crate::workload::{PlannedRequest, Prompt};
 
 /// Seconds between two scrapes of the engines' gauges (the live runner's period).
 pub const SCRAPE_PERIOD: f64 = 0.25;
@@ -56,15 +57,11 @@ pub enum Target {
     RoutedOnto(Strategy, usize),
 }
 
-/// One request to send.
+/// One request to send: a workload's planned request, whose `at` is a time on the cluster's
+/// virtual clock (the caller adds its phase origin), and where it goes.
 #[derive(Debug, Clone)]
 pub struct Arrival {
-    pub index: usize,
-    pub family: usize,
-    /// Virtual time of the send.
-    pub at: f64,
-    pub text: String,
-    pub max_tokens: u32,
+    pub request: PlannedRequest,
     pub target: Target,
 }
 
@@ -97,10 +94,32 @@ pub enum SimError {
     Priming(Option<u16>),
 }
 
+/// A submitted request's life as the gateway sees it, driven by the engine's tokens:
+/// decided (the router's outstanding guard, taken when it routed), first token (the
+/// request's pending prefill ends), end (the guard is released at the last token, as the
+/// gateway's response body releases it). The event loop touches a request's routing state
+/// only through [`InFlight::first_token`] and [`InFlight::end`]: the seam where router-core's
+/// own in-flight lifecycle type can take over.
 struct InFlight {
+    /// Index into the `Served` list being filled.
     slot: usize,
-    /// Held until the last token, then dropped (the gateway's body guard).
+    /// `None` for requests sent straight to an engine.
     guard: Option<OutstandingGuard>,
+}
+
+impl InFlight {
+    fn first_token(&mut self) {
+        // The gateway's response body ends the request's pending prefill at its first byte;
+        // the simulator's policies must see the same signal.
+        if let Some(guard) = self.guard.as_mut() {
+            guard.first_token();
+        }
+    }
+
+    fn end(&mut self) {
+        // Releases the outstanding count exactly at the last token.
+        drop(self.guard.take());
+    }
 }
 
 /// N engines, their loads and a router, on one virtual clock.
@@ -236,11 +255,13 @@ impl SimCluster {
         target: Target,
     ) -> Result<Served, SimError> {
         let arrival = Arrival {
-            index: 0,
-            family: 0,
-            at: self.now,
-            text,
-            max_tokens,
+            request: PlannedRequest {
+                index: 0,
+                family: 0,
+                at: self.now,
+                prompt: Prompt::Text(text),
+                max_tokens,
+            },
             target,
         };
         let mut served = self.drive(vec![arrival], None)?;
@@ -270,14 +291,16 @@ impl SimCluster {
         mut arrivals: Vec<Arrival>,
         mut peaks: Option<&mut [Peaks]>,
     ) -> Result<Vec<Served>, SimError> {
-        arrivals.sort_by(|a, b| a.at.total_cmp(&b.at));
+        arrivals.sort_by(|a, b| a.request.at.total_cmp(&b.request.at));
         let start = self.now;
         let mut served: Vec<Served> = Vec::with_capacity(arrivals.len());
         let mut in_flight: HashMap<(usize, RequestId), InFlight> = HashMap::new();
         let mut next_arrival = 0;
         let mut next_scrape = self.now;
         for _ in 0..MAX_EVENTS {
-            let t_arrival = arrivals.get(next_arrival).map(|a| a.at.max(self.now));
+            let t_arrival = arrivals
+                .get(next_arrival)
+                .map(|a| a.request.at.max(self.now));
             if t_arrival.is_none() && in_flight.is_empty() {
                 return Ok(served);
             }
@@ -310,11 +333,7 @@ impl SimCluster {
                     let record = &mut entry.record;
                     if out.index == 0 {
                         record.first_content = Some(out.at);
-                        // The gateway's response body ends the request's pending prefill at
-                        // its first byte; the simulator's policies must see the same signal.
-                        if let Some(guard) = flight.guard.as_mut() {
-                            guard.first_token();
-                        }
+                        flight.first_token();
                     }
                     record.last_token = Some(out.at);
                     record.usage = Some(Usage {
@@ -327,8 +346,7 @@ impl SimCluster {
                         if finish == FinishReason::Abort {
                             record.error = Some(ErrorClass::StreamBroken);
                         }
-                        // Releases the outstanding count exactly at the last token.
-                        drop(flight.guard.take());
+                        flight.end();
                         in_flight.remove(&(engine, out.id));
                     }
                 }
@@ -356,7 +374,7 @@ impl SimCluster {
                 next_scrape += SCRAPE_PERIOD;
             }
             while let Some(arrival) = arrivals.get(next_arrival)
-                && arrival.at <= self.now
+                && arrival.request.at <= self.now
             {
                 next_arrival += 1;
                 let slot = served.len();
@@ -377,8 +395,11 @@ impl SimCluster {
         arrival: &Arrival,
         slot: usize,
     ) -> Result<(Served, Option<(usize, RequestId, InFlight)>), SimError> {
-        let mut record = RequestRecord::sent(arrival.index, arrival.family, arrival.at, self.now);
-        let prompt = mock_engine::tokenizer::encode(&arrival.text);
+        let planned = &arrival.request;
+        let mut record = RequestRecord::sent(planned.index, planned.family, planned.at, self.now);
+        // A trace prompt's text is built here and dropped with this call.
+        let text = planned.prompt.text();
+        let prompt = mock_engine::tokenizer::encode(&text);
         let (engine, decision, guard) = match arrival.target {
             Target::Direct(engine) => {
                 if engine >= self.engines.len() {
@@ -403,7 +424,7 @@ impl SimCluster {
                     .then(|| token_bytes(&prompt));
                 let request = RouteRequest {
                     model: &self.model,
-                    text: &arrival.text,
+                    text: &text,
                     tokens: tokens.as_deref(),
                 };
                 let now_ms = (self.now * 1000.0) as u64;
@@ -421,7 +442,7 @@ impl SimCluster {
         };
         let request = EngineRequest {
             prompt,
-            max_tokens: arrival.max_tokens,
+            max_tokens: planned.max_tokens,
             ignore_eos: true,
         };
         match self.engines[engine].submit(request, self.now) {

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use super::live_request::PhaseClock;
 use crate::measure::RequestRecord;
+use crate::run::live::request::PhaseClock;
 use crate::workload::operations::MAX_PHASE_REQUESTS;
 
 /// Admits arrivals while fewer than `cap` are in flight (any number with cap 0).

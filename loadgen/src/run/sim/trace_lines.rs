@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::sim_cluster::Served;
+use super::cluster::Served;
 use crate::measure::{PhaseResult, Slo, is_good};
 
 /// One measured request of a simulated phase.

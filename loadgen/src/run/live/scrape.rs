@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::live::ReplicaEndpoint;
-use super::live_request::{HttpClient, get_text};
 use super::prom_text::Scrape;
+use super::request::{HttpClient, get_text};
+use super::target::ReplicaEndpoint;
 use crate::measure::{EngineCounters, Peaks};
 
 /// Wall-time bound on one scrape.

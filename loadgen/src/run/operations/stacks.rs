@@ -10,11 +10,11 @@ use mock_engine::model::EngineProfile;
 use router_core::RouterConfig;
 use tokio::time::Instant;
 
-use super::live::LiveTarget;
-use super::local::{LocalOptions, LocalStack};
-use super::operations::{OperationsRunner, StackShape};
-use super::sim::SimOptions;
+use super::{OperationsRunner, StackShape};
 use crate::measure::{OperationsPhaseResult, OperationsResult, Slo, SloSeconds};
+use crate::run::live::LiveTarget;
+use crate::run::local::{LocalOptions, LocalStack};
+use crate::run::sim::SimOptions;
 use crate::workload::{Operations, OperationsPhase};
 
 /// The seed's `quantile_method`, which ours follows.
@@ -70,7 +70,7 @@ impl LocalStacks {
     /// the tenant header from the file.
     pub fn shape_for(&self, phase: &OperationsPhase, tenant_header: &str) -> StackShape {
         let mut admission = phase.def.admission.clone().unwrap_or_default();
-        tenant_header.clone_into(&mut admission.tenant_header);
+        admission.tenant_header = Some(tenant_header.to_owned());
         StackShape {
             replicas: phase.def.replicas.unwrap_or(self.default_replicas),
             admission,
@@ -260,7 +260,7 @@ mod tests {
         );
         let fixed1 = stacks.shape_for(&ops.phases[0], "x-t");
         assert_eq!(fixed1.replicas, 1);
-        assert_eq!(fixed1.admission.tenant_header, "x-t");
+        assert_eq!(fixed1.admission.tenant_header.as_deref(), Some("x-t"));
         let baseline = stacks.shape_for(&ops.phases[6], "x-tenant");
         let protected = stacks.shape_for(&ops.phases[7], "x-tenant");
         assert_ne!(baseline, protected);
@@ -278,7 +278,7 @@ mod tests {
     #[test]
     fn our_quantile_method_is_the_seeds() {
         let seed: serde_json::Value =
-            serde_json::from_str(include_str!("../../testdata/operations-phases.json")).unwrap();
+            serde_json::from_str(include_str!("../../../testdata/operations-phases.json")).unwrap();
         assert_eq!(seed["quantile_method"], QUANTILE_METHOD);
     }
 }

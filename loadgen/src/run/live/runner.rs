@@ -7,67 +7,22 @@
 //! measured requests, each in its own task and sent at its scheduled time, so a slow stream
 //! never delays the next send. Times are engine seconds (wall × time scale) on a phase clock.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
-use super::live_request::{HttpClient, PhaseClock, chat_body, stream_request};
-use super::live_scrape::{engine_counters, gateway_scrape, scrape_peaks};
 use super::progress::PhaseProgress;
 use super::prom_text::routing_deltas;
-use super::setup::{PRIMING_MAX_TOKENS, Setup, hot_setup, phase_config};
+use super::request::{HttpClient, PhaseClock, chat_body, stream_request};
+use super::scrape::{engine_counters, gateway_scrape, scrape_peaks};
+use super::send::{Sent, send_planned};
+use super::target::LiveTarget;
 use crate::measure::{
-    MatrixResult, PhaseOutcome, PhaseResult, ReplicaObservation, RequestRecord, Slo, is_good,
-    summarize,
+    MatrixResult, PhaseOutcome, PhaseResult, ReplicaObservation, RequestRecord, summarize,
 };
-use crate::workload::{Matrix, PhaseSpec, Priming, candidate_count, plan_requests};
-
-/// One replica as the live runner sees it.
-#[derive(Debug, Clone)]
-pub struct ReplicaEndpoint {
-    pub name: String,
-    /// `http://host:port` (its `/metrics` and `/v1/chat/completions` hang off it).
-    pub base: String,
-}
-
-impl ReplicaEndpoint {
-    /// Parses `NAME=URL`; a URL ending in `/metrics` is taken as the metrics URL itself.
-    pub fn parse(spec: &str) -> Result<ReplicaEndpoint, String> {
-        let (name, url) = spec
-            .split_once('=')
-            .ok_or_else(|| format!("--replica {spec:?}: expected NAME=URL"))?;
-        let url = url.trim().trim_end_matches('/');
-        if name.trim().is_empty() || !url.starts_with("http://") {
-            return Err(format!(
-                "--replica {spec:?}: expected NAME=http://host:port"
-            ));
-        }
-        Ok(ReplicaEndpoint {
-            name: name.trim().to_owned(),
-            base: url.trim_end_matches("/metrics").to_owned(),
-        })
-    }
-}
-
-/// Where the live runner sends traffic and reads metrics.
-#[derive(Debug, Clone)]
-pub struct LiveTarget {
-    /// The gateway's base URL.
-    pub gateway: String,
-    /// The gateway's metrics URL (`None`: routing counter deltas are `null`).
-    pub gateway_metrics: Option<String>,
-    pub replicas: Vec<ReplicaEndpoint>,
-    pub model: String,
-    /// Engine time per wall second (1 for real engines).
-    pub time_scale: f64,
-    /// Wall-time bound on one request.
-    pub request_limit: Duration,
-    pub slo: Slo,
-}
+use crate::run::priming::{PRIMING_MAX_TOKENS, PrimingCluster, PrimingError, PrimingRoute, prime};
+use crate::run::setup::phase_config;
+use crate::workload::{Matrix, PhaseSpec};
 
 /// The free-text top-level fields of a live result.
 #[derive(Debug, Clone)]
@@ -98,12 +53,6 @@ pub struct LiveRunner {
     progress: Arc<PhaseProgress>,
 }
 
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 impl LiveRunner {
     pub fn new(client: HttpClient, target: LiveTarget) -> Self {
         LiveRunner {
@@ -132,15 +81,8 @@ impl LiveRunner {
 
     /// Runs one phase: priming, measured requests, scrapes.
     pub async fn run_phase(&self, phase: &PhaseSpec) -> Result<PhaseResult, LiveError> {
-        let setup = self.prime(phase).await?;
-        let plan = plan_requests(phase);
-        let bodies: Vec<_> = plan
-            .iter()
-            .map(|r| {
-                let text = phase.measured_prompt(&setup.prefixes[r.family], r);
-                chat_body(&self.target.model, &text, phase.shape.output)
-            })
-            .collect();
+        let setup = prime(&mut LivePrimer(self), phase).await?;
+        let plan = phase.planned_requests(&setup.prefixes);
 
         let before = engine_counters(&self.client, &self.target.replicas)
             .await
@@ -155,42 +97,18 @@ impl LiveRunner {
             stopped,
         ));
 
-        // A short lead so the first send is not late by the time spent spawning.
-        let lead = Duration::from_millis(50);
-        let clock = PhaseClock {
-            origin: tokio::time::Instant::now() + lead,
-            scale: self.target.time_scale,
-        };
-        let unix_origin = unix_now() + lead.as_secs_f64();
-        let url = self.gateway_chat();
-        let strategy = phase.route.as_str();
-        let mut tasks = JoinSet::new();
         self.progress.start(&phase.name, plan.len());
-        for (request, body) in plan.iter().zip(bodies) {
-            tokio::time::sleep_until(clock.instant(request.at)).await;
-            let record = RequestRecord::sent(request.index, request.family, request.at, 0.0);
-            let (client, url, limit) =
-                (self.client.clone(), url.clone(), self.target.request_limit);
-            let (progress, slo) = (Arc::clone(&self.progress), self.target.slo);
-            progress.sent.fetch_add(1, Ordering::Relaxed);
-            tasks.spawn(async move {
-                let record =
-                    stream_request(&client, &url, body, Some(strategy), clock, record, limit).await;
-                progress.done.fetch_add(1, Ordering::Relaxed);
-                if is_good(&record, &slo) {
-                    progress.good.fetch_add(1, Ordering::Relaxed);
-                }
-                record
-            });
-        }
-        let mut records = Vec::with_capacity(plan.len());
-        while let Some(done) = tasks.join_next().await {
-            // A panicked task is a bug in this crate; its request counts as lost.
-            if let Ok(record) = done {
-                records.push(record);
-            }
-        }
-        records.sort_by_key(|r| r.index);
+        let Sent {
+            records,
+            unix_origin,
+        } = send_planned(
+            &self.client,
+            &self.target,
+            plan,
+            Some(phase.route.as_str()),
+            &self.progress,
+        )
+        .await;
         // Sends are scheduled tasks; a lag here would hide client-side queueing in the numbers.
         let lag = records
             .iter()
@@ -285,7 +203,7 @@ impl LiveRunner {
         (result, stopped)
     }
 
-    /// Sends one priming request and waits for it; it must succeed.
+    /// Sends one priming request to `url` and waits for it; it must succeed.
     async fn prime_one(
         &self,
         url: &str,
@@ -316,68 +234,58 @@ impl LiveRunner {
         }
         Ok(record)
     }
+}
 
-    async fn prime(&self, phase: &PhaseSpec) -> Result<Setup, LiveError> {
-        let families = phase.shape.families;
-        let route = Some(phase.route.as_str());
-        let gateway = self.gateway_chat();
-        match phase.priming {
-            Priming::None => Ok(Setup {
-                prefixes: (0..families).map(|f| phase.prefix(0, f)).collect(),
-                ..Setup::default()
-            }),
-            Priming::Warm => {
-                let prefixes: Vec<String> = (0..families).map(|f| phase.prefix(0, f)).collect();
-                for (f, prefix) in prefixes.iter().enumerate() {
-                    for (i, replica) in self.target.replicas.iter().enumerate() {
-                        let text = phase.priming_prompt(prefix, &format!("warm-direct-{i}"), f);
-                        let url = format!("{}/v1/chat/completions", replica.base);
-                        self.prime_one(&url, &text, None).await?;
-                    }
-                }
-                let mut owners = BTreeMap::new();
-                for (f, prefix) in prefixes.iter().enumerate() {
-                    let text = phase.priming_prompt(prefix, "warm-routed", f);
-                    let record = self.prime_one(&gateway, &text, route).await?;
-                    if let Some(pod) = record.target_pod {
-                        owners.insert(f.to_string(), vec![pod]);
-                    }
-                }
-                Ok(Setup {
-                    prefixes,
-                    initial_prefix_owners: owners,
-                    hot: None,
-                })
-            }
-            Priming::Hot => {
-                let candidates = candidate_count(
-                    phase.shape.priming_candidates,
-                    self.target.replicas.len(),
-                    families,
-                );
-                let names = self.names();
-                for attempt in 0..phase.shape.max_setup_attempts {
-                    let prefixes: Vec<String> =
-                        (0..candidates).map(|c| phase.prefix(attempt, c)).collect();
-                    let mut owners = Vec::with_capacity(candidates);
-                    for (c, prefix) in prefixes.iter().enumerate() {
-                        let text = phase.priming_prompt(prefix, &format!("hot-{attempt}"), c);
-                        let record = self.prime_one(&gateway, &text, route).await?;
-                        owners.push(record.target_pod.unwrap_or_default());
-                    }
-                    if let Some(setup) = hot_setup(&prefixes, &owners, &names, families, attempt) {
-                        return Ok(setup);
-                    }
-                }
-                Err(LiveError::NoBalancedSetup(phase.shape.max_setup_attempts))
-            }
+/// The live stack as the one priming routine sees it: direct requests go to a replica's own
+/// endpoint, routed ones through the gateway with the phase's route.
+struct LivePrimer<'a>(&'a LiveRunner);
+
+impl From<PrimingError> for LiveError {
+    fn from(error: PrimingError) -> Self {
+        match error {
+            PrimingError::NoBalancedSetup(attempts) => LiveError::NoBalancedSetup(attempts),
         }
+    }
+}
+
+impl PrimingCluster for LivePrimer<'_> {
+    type Error = LiveError;
+
+    fn replica_names(&self) -> Vec<String> {
+        self.0.names()
+    }
+
+    async fn prime_one(
+        &mut self,
+        text: String,
+        route: PrimingRoute,
+    ) -> Result<Option<String>, LiveError> {
+        let runner = self.0;
+        let record = match route {
+            PrimingRoute::Direct(i) => {
+                let replica = runner.target.replicas.get(i).ok_or_else(|| {
+                    LiveError::Priming(format!("replica {i} is not in the target"))
+                })?;
+                let url = format!("{}/v1/chat/completions", replica.base);
+                runner.prime_one(&url, &text, None).await?
+            }
+            PrimingRoute::WarmOwner { route, .. } | PrimingRoute::HotCandidate { route } => {
+                runner
+                    .prime_one(&runner.gateway_chat(), &text, Some(route.as_str()))
+                    .await?
+            }
+        };
+        Ok(record.target_pod)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::measure::Slo;
+    use crate::run::live::ReplicaEndpoint;
 
     fn unreachable() -> LiveTarget {
         // Port 1 on loopback: nothing listens there, so connections are refused at once.
@@ -394,7 +302,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unreachable_stack_stops_the_run_with_a_partial_result() {
-        let runner = LiveRunner::new(super::super::live_request::http_client(), unreachable());
+        let runner = LiveRunner::new(super::super::request::http_client(), unreachable());
         let matrix = Matrix::builtin().unwrap().with_count(2).unwrap();
         let describe = RunDescription {
             runtime: "test".into(),
@@ -409,20 +317,5 @@ mod tests {
         let why = stopped.expect("the run stops");
         assert!(why.contains("r1-cold-uniform-random"), "{why}");
         assert!(why.contains("127.0.0.1:1"), "{why}");
-    }
-
-    #[test]
-    fn replica_specs_parse_or_explain() {
-        let r = ReplicaEndpoint::parse("L20-A=http://10.0.0.1:8000/metrics").unwrap();
-        assert_eq!(
-            (r.name.as_str(), r.base.as_str()),
-            ("L20-A", "http://10.0.0.1:8000")
-        );
-        let r = ReplicaEndpoint::parse("b=http://h:1/").unwrap();
-        assert_eq!(r.base, "http://h:1");
-        for bad in ["nourl", "=http://h:1", "a=ftp://h"] {
-            let err = ReplicaEndpoint::parse(bad).unwrap_err();
-            assert!(err.contains("--replica"), "{err}");
-        }
     }
 }

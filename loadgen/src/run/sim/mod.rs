@@ -1,0 +1,25 @@
+//! The simulated runner: router-core's `Router` (the gateway's policies) in front of one
+//! mock-engine `EngineModel` per replica, on a virtual clock, with no sockets and no threads.
+//! Deterministic for a seed.
+//!
+//! - [`cluster`]: the engines, their loads and the router, and the event loop that sends
+//!   planned requests and turns tokens into records (the sink every workload feeds);
+//! - [`matrix`]: the matrix's phases on fresh clusters (`loadgen simulate`);
+//! - [`priming`]: the cluster as the one priming routine sees it;
+//! - [`kv_sync`]: the engines' KV-cache events applied to the router's index;
+//! - [`options`]: what to simulate; [`trace_lines`]: the per-request explanation file.
+
+pub mod cluster;
+pub mod kv_sync;
+pub mod matrix;
+pub mod options;
+pub mod priming;
+pub mod trace_lines;
+
+pub use cluster::{Arrival, Served, SimCluster, SimError, Target};
+pub use kv_sync::KvSyncStats;
+pub use matrix::{
+    PartialRun, PhaseRun, simulate_matrix, simulate_matrix_runs, simulate_phase,
+    simulate_phase_run, simulate_phase_traced,
+};
+pub use options::SimOptions;
