@@ -43,6 +43,7 @@ fn config() -> PhaseConfig {
         priming_candidates: None,
         initial_owners: None,
         hot_initial_replica: None,
+        traffic: None,
     }
 }
 

@@ -88,6 +88,10 @@ pub struct PhaseConfig {
     pub initial_owners: Option<BTreeMap<String, Vec<usize>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hot_initial_replica: Option<String>,
+    /// Ours: the traffic shape where it is not the seed's (arrival process, popularity,
+    /// length distributions, conversations; `Traffic::describe`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<String>,
 }
 
 /// Linear-interpolation quantiles over successful complete streams (seconds).

@@ -60,7 +60,7 @@ pub fn phase_config(phase: &PhaseSpec, hot: Option<&HotSetup>) -> PhaseConfig {
     PhaseConfig {
         repeat: phase.shape.repeat,
         output: phase.shape.output,
-        count: phase.shape.count,
+        count: phase.planned_count(),
         rps: phase.shape.rps,
         seed: phase.seed,
         phase: phase.name.clone(),
@@ -78,5 +78,6 @@ pub fn phase_config(phase: &PhaseSpec, hot: Option<&HotSetup>) -> PhaseConfig {
         priming_candidates: hot.map(|h| h.candidates),
         initial_owners: hot.map(|h| h.initial_owners.clone()),
         hot_initial_replica: hot.map(|h| h.hot_replica.clone()),
+        traffic: phase.traffic.describe(),
     }
 }

@@ -12,6 +12,10 @@ use std::str::FromStr;
 use router_core::Strategy;
 use serde::Deserialize;
 
+use super::popularity::Popularity;
+pub use super::scenario::{Priming, ScenarioSpec, WorkloadShape};
+use super::traffic::Traffic;
+
 /// The matrix file as written (unknown keys are errors).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -25,23 +29,6 @@ pub struct MatrixFile {
     pub scenario: BTreeMap<String, ScenarioSpec>,
 }
 
-/// The request shape shared by every phase.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WorkloadShape {
-    pub count: usize,
-    pub rps: f64,
-    pub output: u32,
-    /// The seed harness's prompt-size knob; recorded in each phase's `config` for fidelity.
-    pub repeat: u32,
-    pub families: usize,
-    pub prefix_tokens: usize,
-    /// Inclusive range of per-request tail lengths (the nonce included).
-    pub tail_tokens: [usize; 2],
-    pub priming_candidates: usize,
-    pub max_setup_attempts: u32,
-}
-
 /// One round: a seed and the direction routes run in.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,27 +37,6 @@ pub struct RoundSpec {
     pub seed: u64,
     #[serde(default)]
     pub reverse_routes: bool,
-}
-
-/// How the caches are prepared before a phase is measured (SPEC §5.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Priming {
-    /// Nothing: every family starts cold.
-    None,
-    /// Every family primed directly on every replica, then one routed request per family.
-    Warm,
-    /// Candidate prefixes primed once each through the router; a balanced choice of families.
-    Hot,
-}
-
-/// One scenario's traffic and priming.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScenarioSpec {
-    pub priming: Priming,
-    /// Share of the requests that go to family 0 (0 = uniform over all families).
-    pub hot_fraction: f64,
 }
 
 /// A phase ready to run: everything a runner and the measurement need.
@@ -83,7 +49,11 @@ pub struct PhaseSpec {
     pub route: Strategy,
     pub priming: Priming,
     pub hot_fraction: f64,
+    /// The `[workload]` shape with the scenario's `count`, `rps`, `families`, `output` (a
+    /// distribution's mean) and `tail_tokens` (a distribution's bounds) applied: what the
+    /// phase's config records.
     pub shape: WorkloadShape,
+    pub traffic: Traffic,
 }
 
 /// A matrix file that cannot be used; the message names the file or the field.
@@ -105,6 +75,12 @@ pub enum MatrixError {
 pub struct Matrix {
     file: MatrixFile,
     routes: Vec<Strategy>,
+    /// `--count`: replaces every scenario's count (a conversation scenario's sessions).
+    count_override: Option<usize>,
+    /// `--rps`: replaces every scenario's rate.
+    rps_override: Option<f64>,
+    /// Each scenario's shape and traffic, resolved by `validate`.
+    resolved: BTreeMap<String, (WorkloadShape, Traffic)>,
 }
 
 /// The matrix shipped in `config/matrix-24.toml`, embedded so the binary runs anywhere.
@@ -127,7 +103,13 @@ impl Matrix {
             message: e.to_string(),
         })?;
         let routes = parse_routes(&file.routes)?;
-        let matrix = Matrix { file, routes };
+        let mut matrix = Matrix {
+            file,
+            routes,
+            count_override: None,
+            rps_override: None,
+            resolved: BTreeMap::new(),
+        };
         matrix.validate()?;
         Ok(matrix)
     }
@@ -143,24 +125,29 @@ impl Matrix {
         Ok(self)
     }
 
-    /// Keeps only the first `count` requests of each phase (reduced runs and tests).
+    /// Sends `count` requests in each phase, whatever the file says (reduced runs and tests);
+    /// a conversation scenario gets `count` sessions.
     pub fn with_count(mut self, count: usize) -> Result<Matrix, MatrixError> {
-        self.file.workload.count = count;
+        self.count_override = Some(count);
         self.validate()?;
         Ok(self)
     }
 
-    /// Sends each phase's requests at `rps` per second instead of the file's rate (the
-    /// replica sweeps scale it with the replica count).
+    /// Sends each phase's requests at `rps` per second instead of the file's rates (the
+    /// replica sweeps scale it with the replica count); a conversation scenario starts
+    /// `rps` sessions per second.
     pub fn with_rps(mut self, rps: f64) -> Result<Matrix, MatrixError> {
-        self.file.workload.rps = rps;
+        self.rps_override = Some(rps);
         self.validate()?;
         Ok(self)
     }
 
-    /// The shared request shape.
-    pub fn shape(&self) -> &WorkloadShape {
-        &self.file.workload
+    /// The shared request shape (`[workload]`, with `--count` and `--rps` applied).
+    pub fn shape(&self) -> WorkloadShape {
+        let mut shape = self.file.workload.clone();
+        shape.count = self.count_override.unwrap_or(shape.count);
+        shape.rps = self.rps_override.unwrap_or(shape.rps);
+        shape
     }
 
     /// Every phase in run order.
@@ -168,8 +155,11 @@ impl Matrix {
         let mut phases = Vec::new();
         for round in &self.file.round {
             for scenario in &self.file.scenarios {
-                // validate() guarantees the table exists.
-                let Some(spec) = self.file.scenario.get(scenario) else {
+                // validate() guarantees the table exists and resolved it.
+                let (Some(spec), Some((shape, traffic))) = (
+                    self.file.scenario.get(scenario),
+                    self.resolved.get(scenario),
+                ) else {
                     continue;
                 };
                 let mut routes = self.routes.clone();
@@ -184,8 +174,9 @@ impl Matrix {
                         scenario: scenario.clone(),
                         route,
                         priming: spec.priming,
-                        hot_fraction: spec.hot_fraction,
-                        shape: self.file.workload.clone(),
+                        hot_fraction: traffic.popularity.hot_fraction(),
+                        shape: shape.clone(),
+                        traffic: traffic.clone(),
                     });
                 }
             }
@@ -193,36 +184,11 @@ impl Matrix {
         phases
     }
 
-    fn validate(&self) -> Result<(), MatrixError> {
-        let w = &self.file.workload;
+    /// Checks everything and resolves each scenario's shape and traffic.
+    fn validate(&mut self) -> Result<(), MatrixError> {
+        let w = self.shape();
+        check_shape(&w, "workload").map_err(MatrixError::Invalid)?;
         let bad = |m: String| Err(MatrixError::Invalid(m));
-        if w.count == 0 {
-            return bad("workload.count must be at least 1".into());
-        }
-        if !(w.rps.is_finite() && w.rps > 0.0) {
-            return bad(format!("workload.rps must be > 0, got {}", w.rps));
-        }
-        if w.output == 0 {
-            return bad("workload.output must be at least 1".into());
-        }
-        if w.families == 0 || w.families > 1024 {
-            return bad(format!(
-                "workload.families must be 1..=1024, got {}",
-                w.families
-            ));
-        }
-        if w.prefix_tokens == 0 || w.prefix_tokens > 1_000_000 {
-            return bad(format!(
-                "workload.prefix_tokens must be 1..=1000000, got {}",
-                w.prefix_tokens
-            ));
-        }
-        let [lo, hi] = w.tail_tokens;
-        if lo == 0 || lo > hi || hi > 1_000_000 {
-            return bad(format!(
-                "workload.tail_tokens must be [min, max] with 1 <= min <= max, got [{lo}, {hi}]"
-            ));
-        }
         if w.max_setup_attempts == 0 {
             return bad("workload.max_setup_attempts must be at least 1".into());
         }
@@ -232,32 +198,84 @@ impl Matrix {
         if self.file.scenarios.is_empty() || self.routes.is_empty() {
             return bad("scenarios and routes must not be empty".into());
         }
+        let mut resolved = BTreeMap::new();
         for name in &self.file.scenarios {
             let Some(spec) = self.file.scenario.get(name) else {
                 return bad(format!("scenario {name:?} has no [scenario.{name}] table"));
             };
-            if !(0.0..1.0).contains(&spec.hot_fraction) {
-                return bad(format!(
-                    "scenario.{name}.hot_fraction must be in [0, 1), got {}",
-                    spec.hot_fraction
-                ));
+            let mut shape = w.clone();
+            if self.count_override.is_none()
+                && let Some(count) = spec.count
+            {
+                shape.count = count;
             }
+            if self.rps_override.is_none()
+                && let Some(rps) = spec.rps
+            {
+                shape.rps = rps;
+            }
+            shape.families = spec.families.unwrap_or(shape.families);
+            check_shape(&shape, &format!("scenario.{name}")).map_err(MatrixError::Invalid)?;
+            let mut traffic = Traffic::resolve(name, spec, &shape).map_err(MatrixError::Invalid)?;
+            if let (Some(c), Some(count)) = (traffic.conversations.as_mut(), self.count_override) {
+                c.sessions = count;
+            }
+            // What the phase's config records: a distribution's mean and bounds.
+            shape.output = u32::try_from(traffic.output.mean().round() as usize)
+                .unwrap_or(u32::MAX)
+                .max(1);
+            shape.tail_tokens = [traffic.tail.min(), traffic.tail.max()];
             if spec.priming == Priming::Hot {
-                if spec.hot_fraction <= 0.0 {
+                if traffic.popularity == Popularity::Uniform {
                     return bad(format!(
-                        "scenario.{name}: hot priming needs hot_fraction > 0"
+                        "scenario.{name}: hot priming needs hot_fraction > 0 or a popularity other than uniform"
                     ));
                 }
-                if w.priming_candidates < w.families {
+                if shape.priming_candidates < shape.families {
                     return bad(format!(
-                        "workload.priming_candidates ({}) must be at least workload.families ({})",
-                        w.priming_candidates, w.families
+                        "workload.priming_candidates ({}) must be at least the families of scenario.{name} ({})",
+                        shape.priming_candidates, shape.families
                     ));
                 }
             }
+            resolved.insert(name.clone(), (shape, traffic));
         }
+        self.resolved = resolved;
         Ok(())
     }
+}
+
+/// The checks a shape must pass, its keys named under `table` (`workload`,
+/// `scenario.NAME`).
+fn check_shape(w: &WorkloadShape, table: &str) -> Result<(), String> {
+    if w.count == 0 {
+        return Err(format!("{table}.count must be at least 1"));
+    }
+    if !(w.rps.is_finite() && w.rps > 0.0) {
+        return Err(format!("{table}.rps must be > 0, got {}", w.rps));
+    }
+    if w.output == 0 {
+        return Err(format!("{table}.output must be at least 1"));
+    }
+    if w.families == 0 || w.families > 1024 {
+        return Err(format!(
+            "{table}.families must be 1..=1024, got {}",
+            w.families
+        ));
+    }
+    if w.prefix_tokens == 0 || w.prefix_tokens > 1_000_000 {
+        return Err(format!(
+            "{table}.prefix_tokens must be 1..=1000000, got {}",
+            w.prefix_tokens
+        ));
+    }
+    let [lo, hi] = w.tail_tokens;
+    if lo == 0 || lo > hi || hi > 1_000_000 {
+        return Err(format!(
+            "{table}.tail_tokens must be [min, max] with 1 <= min <= max, got [{lo}, {hi}]"
+        ));
+    }
+    Ok(())
 }
 
 fn parse_routes(routes: &[String]) -> Result<Vec<Strategy>, MatrixError> {
@@ -360,6 +378,105 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("fastest"), "{err}");
+    }
+
+    #[test]
+    fn the_example_workloads_load_and_name_bad_scenario_keys() {
+        for (name, text) in [
+            (
+                "conversations",
+                include_str!("../../../config/workloads/conversations.toml"),
+            ),
+            (
+                "bursts",
+                include_str!("../../../config/workloads/bursts.toml"),
+            ),
+            ("zipf", include_str!("../../../config/workloads/zipf.toml")),
+            (
+                "lengths",
+                include_str!("../../../config/workloads/lengths.toml"),
+            ),
+        ] {
+            let m = Matrix::from_toml_str(text, name).unwrap();
+            assert!(
+                m.phases().iter().all(|p| p.traffic.describe().is_some()),
+                "{name}"
+            );
+        }
+        let seed = Matrix::builtin().unwrap();
+        assert!(seed.phases().iter().all(|p| p.traffic.describe().is_none()));
+
+        let bad = |from: &str, to: &str| {
+            let text = MATRIX_24.replace(from, to);
+            assert_ne!(text, MATRIX_24, "{from}");
+            Matrix::from_toml_str(&text, "m.toml")
+                .unwrap_err()
+                .to_string()
+        };
+        let hot50 = "[scenario.hot50]\npriming = \"hot\"\n";
+        let err = bad(hot50, &format!("{hot50}arival = \"poisson\"\n"));
+        assert!(err.contains("arival"), "{err}");
+        let err = bad(hot50, &format!("{hot50}popularity = {{ zipf = 1.0 }}\n"));
+        assert!(
+            err.contains("scenario.hot50.hot_fraction") && err.contains("popularity"),
+            "{err}"
+        );
+        let err = bad(
+            hot50,
+            &format!("{hot50}arrival = {{ gamma = {{ cv = 0.0 }} }}\n"),
+        );
+        assert!(err.contains("scenario.hot50.arrival.gamma.cv"), "{err}");
+        let err = bad(hot50, &format!("{hot50}rps = -1.0\n"));
+        assert!(err.contains("scenario.hot50.rps"), "{err}");
+        let err = bad(hot50, &format!("{hot50}family_lifetime = 0.01\n"));
+        assert!(err.contains("scenario.hot50.family_lifetime"), "{err}");
+        let err = bad(hot50, &format!("{hot50}output = [5, 1]\n"));
+        assert!(err.contains("scenario.hot50.output"), "{err}");
+        let err = bad(
+            hot50,
+            &format!("{hot50}conversations = {{ sessions = 2, turns = 2, wait = 1 }}\n"),
+        );
+        assert!(err.contains("wait"), "{err}");
+        let warm = "[scenario.warm-uniform]\npriming = \"warm\"\nhot_fraction = 0.0";
+        let err = bad(
+            warm,
+            "[scenario.warm-uniform]\npriming = \"hot\"\nhot_fraction = 0.0",
+        );
+        assert!(err.contains("hot priming"), "{err}");
+    }
+
+    #[test]
+    fn scenario_values_replace_the_workload_and_overrides_replace_both() {
+        let text = include_str!("../../../config/workloads/zipf.toml");
+        let m = Matrix::from_toml_str(text, "zipf").unwrap();
+        let p = &m.phases()[0];
+        assert_eq!((p.shape.families, p.shape.count), (32, 192));
+        let m = m.with_count(10).unwrap().with_rps(3.0).unwrap();
+        let p = &m.phases()[0];
+        assert_eq!(
+            (p.shape.families, p.shape.count, p.shape.rps),
+            (32, 10, 3.0)
+        );
+        let chat = Matrix::from_toml_str(
+            include_str!("../../../config/workloads/conversations.toml"),
+            "chat",
+        )
+        .unwrap()
+        .with_count(3)
+        .unwrap();
+        let p = &chat.phases()[0];
+        assert_eq!(p.traffic.conversations.as_ref().unwrap().sessions, 3);
+        assert_eq!(p.planned_count(), 12);
+        let long = chat
+            .phases()
+            .into_iter()
+            .find(|p| p.scenario == "chat-long")
+            .unwrap();
+        // A distribution's mean is what the config records.
+        assert_eq!(
+            (long.shape.output, long.shape.tail_tokens),
+            (200, [333, 353])
+        );
     }
 
     #[test]

@@ -21,21 +21,26 @@ pub mod planned;
 pub mod popularity;
 pub mod priming;
 pub mod prompt;
+pub mod scenario;
 pub mod schedule;
 pub mod seeding;
+pub mod traffic;
 
 pub use admission::{AdmissionSpec, TenantLimit};
 pub use arrivals::{OperationsRequest, stage_arrivals};
-pub use matrix::{Matrix, MatrixError, PhaseSpec, Priming, WorkloadShape};
+pub use conversation::{Conversation, Conversations, TurnEnd, TurnRequest};
+pub use matrix::{Matrix, MatrixError, PhaseSpec};
 pub use operations::{
     ArrivalProcess, Load, Operations, OperationsError, OperationsPhase, PhaseDef, Stage,
     TenantShape,
 };
 pub use planned::{PlannedRequest, Prompt};
+pub use popularity::family_counts;
 pub use priming::{
     HotAssignment, candidate_count, choose_hot_families, family_owners, initial_owners,
 };
-pub use schedule::{PhaseSlot, family_counts, plan_requests};
+pub use scenario::{Priming, ScenarioSpec, WorkloadShape};
+pub use schedule::{PhaseSlot, plan_conversations, plan_requests};
 
 impl PhaseSpec {
     /// The prefix of candidate `candidate` in setup attempt `attempt` (families of cold and
@@ -60,9 +65,25 @@ impl PhaseSpec {
                 family: slot.family,
                 at: slot.at,
                 prompt: Prompt::Text(self.measured_prompt(&prefixes[slot.family], slot)),
-                max_tokens: self.shape.output,
+                max_tokens: slot.max_tokens,
             })
             .collect()
+    }
+
+    /// A conversation scenario's sessions as a source of turns, once priming has chosen
+    /// `prefixes[f]` (each session's system prompt) for each family; `None` for a scenario
+    /// of single requests.
+    pub fn conversations(&self, prefixes: &[String]) -> Option<Conversations> {
+        let plans = plan_conversations(self)?;
+        Some(Conversations::new(&self.name, self.seed, plans, prefixes))
+    }
+
+    /// The requests a phase plans: its count, or a conversation scenario's turns.
+    pub fn planned_count(&self) -> usize {
+        match plan_conversations(self) {
+            Some(plans) => plans.iter().map(|s| s.turns.len()).sum(),
+            None => self.shape.count,
+        }
     }
 
     /// The full prompt of a measured request whose family uses `prefix`.

@@ -12,6 +12,8 @@
 
 use std::borrow::Cow;
 
+use super::chat::{ChatMessage, Role, engine_prompt, routing_text};
+
 /// One request of a workload.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedRequest {
@@ -34,14 +36,37 @@ pub enum Prompt {
     Text(String),
     /// Built when the request is sent ([`Prompt::text`]): a trace request's blocks.
     Blocks(super::blocks::BlockPrompt),
+    /// A conversation's messages so far (a multi-turn request): sent as they are, so the
+    /// engine's chat template keeps the previous answer where the previous turn left it.
+    Chat(Vec<ChatMessage>),
 }
 
 impl Prompt {
-    /// The prompt's text (built now for [`Prompt::Blocks`]).
+    /// The prompt's text (built now for [`Prompt::Blocks`]); for a chat, the text the
+    /// gateway routes on (every message's content, joined with a space).
     pub fn text(&self) -> Cow<'_, str> {
         match self {
             Prompt::Text(text) => Cow::Borrowed(text),
             Prompt::Blocks(blocks) => Cow::Owned(blocks.text()),
+            Prompt::Chat(messages) => Cow::Owned(routing_text(messages)),
+        }
+    }
+
+    /// What a simulated engine tokenizes: the text as it is (the seed's matrix is simulated
+    /// without a chat template), or a chat through the mock's template, as its server renders
+    /// the messages a live request sends.
+    pub fn engine_text(&self) -> Cow<'_, str> {
+        match self {
+            Prompt::Chat(messages) => Cow::Owned(engine_prompt(messages)),
+            other => other.text(),
+        }
+    }
+
+    /// The request's messages: a chat's own, or the text as one user message.
+    pub fn messages(&self) -> Vec<ChatMessage> {
+        match self {
+            Prompt::Chat(messages) => messages.clone(),
+            other => vec![ChatMessage::new(Role::User, other.text())],
         }
     }
 }

@@ -14,8 +14,6 @@
 use rand::Rng;
 use serde::Deserialize;
 
-use super::schedule::family_counts;
-
 /// How requests spread over the families (`popularity` in a matrix scenario).
 ///
 /// In TOML: `popularity = "uniform"`, `popularity = { hot = 0.5 }` (the seed's
@@ -88,6 +86,29 @@ impl Popularity {
             Popularity::Zipf(s) => (0..n).map(|r| 1.0 / ((r + 1) as f64).powf(s)).collect(),
         }
     }
+}
+
+/// How many requests each family gets: uniform when `hot_fraction` is 0, otherwise family 0
+/// gets `round(count × hot_fraction)` and the rest is split evenly over the other families,
+/// the remainder going to the lowest-numbered ones (96 at 0.5 → 48, 7,7,7,7,7,7,6).
+pub fn family_counts(count: usize, families: usize, hot_fraction: f64) -> Vec<usize> {
+    if families == 0 {
+        return Vec::new();
+    }
+    if hot_fraction <= 0.0 || families == 1 {
+        return split_evenly(count, families);
+    }
+    // count ≤ 2^53 in any sane run, so the f64 round trip is exact.
+    let hot = ((count as f64 * hot_fraction).round() as usize).min(count);
+    let mut counts = vec![hot];
+    counts.extend(split_evenly(count - hot, families - 1));
+    counts
+}
+
+fn split_evenly(count: usize, parts: usize) -> Vec<usize> {
+    (0..parts)
+        .map(|i| count / parts + usize::from(i < count % parts))
+        .collect()
 }
 
 /// Integer shares of `count` proportional to `weights`, by largest remainder (ties to the
@@ -203,6 +224,15 @@ mod tests {
     use crate::workload::seeding::rng_for;
 
     #[test]
+    fn family_counts_match_the_seed() {
+        assert_eq!(family_counts(96, 8, 0.0), vec![12; 8]);
+        assert_eq!(family_counts(96, 8, 0.5), vec![48, 7, 7, 7, 7, 7, 7, 6]);
+        assert_eq!(family_counts(96, 8, 0.9), vec![86, 2, 2, 2, 1, 1, 1, 1]);
+        assert_eq!(family_counts(10, 1, 0.9), vec![10]);
+        assert_eq!(family_counts(5, 8, 0.0).iter().sum::<usize>(), 5);
+    }
+
+    #[test]
     fn hot_and_uniform_are_the_seed_counts() {
         assert_eq!(Popularity::Uniform.counts(96, 8), vec![12; 8]);
         assert_eq!(
@@ -312,6 +342,22 @@ mod properties {
     use crate::workload::seeding::rng_for;
 
     proptest! {
+        /// Every request goes to some family, the hot family is never smaller than another,
+        /// and the others differ by at most one.
+        #[test]
+        fn counts_sum_and_stay_even(count in 0usize..2000, families in 1usize..64, hot in 0.0f64..0.99) {
+            let counts = family_counts(count, families, hot);
+            prop_assert_eq!(counts.len(), families);
+            prop_assert_eq!(counts.iter().sum::<usize>(), count);
+            let rest = &counts[1..];
+            if let (Some(lo), Some(hi)) = (rest.iter().min(), rest.iter().max()) {
+                prop_assert!(hi - lo <= 1);
+                if hot > 0.0 && hot >= 1.0 / families as f64 {
+                    prop_assert!(counts[0] + 1 >= *hi);
+                }
+            }
+        }
+
         /// Zipf counts sum to the count and never rise with rank.
         #[test]
         fn zipf_counts_sum_and_fall(count in 0usize..5000, families in 1usize..200, s in 0.0f64..MAX_ZIPF) {

@@ -77,12 +77,21 @@ pub fn choose_hot_families(
 }
 
 /// How many candidates to prime: the configured number (the seed's 16 for 2 replicas and 8
-/// families) times `replicas / 2` and times `families / 8` (each at least 1). With more
-/// replicas or families, a replica's share of 16 random owners too often falls short of its
-/// quota (with 8 replicas some replica owns none of 16 candidates 94 % of the time); scaling
-/// keeps a balanced choice likely at the first attempt.
+/// families) times the larger of `replicas / 2` and `families / 8` (each at least 1).
+///
+/// Why the larger and not the product: a balanced choice needs each replica to own its quota
+/// of `families / replicas` among random owners. More families raise every quota, so the
+/// pool grows with them (2 candidates per family, as the seed's 16 for 8); more replicas
+/// shrink each quota but make a short replica likelier (with 8 replicas some replica owns
+/// none of 16 random candidates 94 % of the time), so the pool grows with them too. The
+/// product counted both at once: 48 families on 6 replicas primed 288 prefixes where 96
+/// give each replica 16 on average against a quota of 8 (some replica falls short in about
+/// 1 attempt of 30 with random owners, and the next attempt retries), and every extra prefix
+/// is a 4704-token prefill that can evict chosen ones. The
+/// rule equals the product whenever one factor is 1, which covers the seed and every
+/// replica or family sweep so far.
 pub fn candidate_count(configured: usize, replicas: usize, families: usize) -> usize {
-    configured * (replicas / 2).max(1) * families.div_ceil(8).max(1)
+    configured * (replicas / 2).max(families.div_ceil(8)).max(1)
 }
 
 /// The seed's `initial_owners`: replica → the candidates it owns, ascending; every replica is
@@ -141,6 +150,9 @@ mod tests {
         assert_eq!(candidate_count(16, 8, 8), 64);
         assert_eq!(candidate_count(16, 2, 16), 32);
         assert_eq!(candidate_count(16, 2, 4), 16);
+        // Both grown: the larger factor, not the product (288 before).
+        assert_eq!(candidate_count(16, 6, 48), 96);
+        assert_eq!(candidate_count(16, 8, 16), 64);
     }
 
     #[test]

@@ -1,13 +1,18 @@
-//! What a phase sends and when: per-family request counts, a seeded family order, constant
-//! arrival spacing and per-request tail lengths.
+//! What a phase sends and when: per-family request counts and a seeded family order (or,
+//! with families that come and go, a seeded draw among the live ones), arrival times from the
+//! scenario's process, and per-request tail and output lengths; for a conversation scenario,
+//! the same for its sessions, planned into turns.
 //!
-//! Family order and tail lengths are seeded by (round seed, scenario), not by route, so every
-//! route of a round sees the same traffic shape; only the prefix text is fresh per phase.
+//! Everything is seeded by (round seed, scenario), not by route, so every route of a round
+//! sees the same traffic shape; only the prefix text is fresh per phase. Each draw has its
+//! own stream (`family-order`, `arrivals`, `tail-length`, `output-length`,
+//! `conversations`), so a key left at the seed's default draws exactly what the seed drew.
 
-use rand::Rng;
 use rand::seq::SliceRandom;
 
+use super::conversation::{SessionPlan, TurnShapes, plan_sessions};
 use super::matrix::PhaseSpec;
+use super::popularity::churned_families;
 use super::seeding::rng_for;
 
 /// One measured request of a phase, before its prompt is known (priming decides which prefix
@@ -21,69 +26,88 @@ pub struct PhaseSlot {
     pub at: f64,
     /// Words in the tail (nonce included).
     pub tail_tokens: usize,
-}
-
-/// How many requests each family gets: uniform when `hot_fraction` is 0, otherwise family 0
-/// gets `round(count × hot_fraction)` and the rest is split evenly over the other families,
-/// the remainder going to the lowest-numbered ones (96 at 0.5 → 48, 7,7,7,7,7,7,6).
-pub fn family_counts(count: usize, families: usize, hot_fraction: f64) -> Vec<usize> {
-    if families == 0 {
-        return Vec::new();
-    }
-    if hot_fraction <= 0.0 || families == 1 {
-        return split_evenly(count, families);
-    }
-    // count ≤ 2^53 in any sane run, so the f64 round trip is exact.
-    let hot = ((count as f64 * hot_fraction).round() as usize).min(count);
-    let mut counts = vec![hot];
-    counts.extend(split_evenly(count - hot, families - 1));
-    counts
-}
-
-fn split_evenly(count: usize, parts: usize) -> Vec<usize> {
-    (0..parts)
-        .map(|i| count / parts + usize::from(i < count % parts))
-        .collect()
+    pub max_tokens: u32,
 }
 
 /// The measured requests of a phase, in send order.
 pub fn plan_requests(phase: &PhaseSpec) -> Vec<PhaseSlot> {
-    let shape = &phase.shape;
-    let counts = family_counts(shape.count, shape.families, phase.hot_fraction);
+    let traffic = &phase.traffic;
+    let count = phase.shape.count;
+    let families = family_order(phase, count);
+    let times = traffic.arrival.times(
+        count,
+        phase.shape.rps,
+        &mut rng_for(phase.seed, &[&phase.scenario, "arrivals"]),
+    );
+    let mut lengths = rng_for(phase.seed, &[&phase.scenario, "tail-length"]);
+    let mut outputs = rng_for(phase.seed, &[&phase.scenario, "output-length"]);
+    families
+        .into_iter()
+        .zip(times)
+        .enumerate()
+        .map(|(index, (family, at))| PhaseSlot {
+            index,
+            family,
+            at,
+            tail_tokens: traffic.tail.sample(&mut lengths),
+            max_tokens: output_tokens(traffic.output.sample(&mut outputs)),
+        })
+        .collect()
+}
+
+/// The sessions of a conversation scenario (`None` for single requests): started by the
+/// scenario's arrival process at its rate, given families as requests would be, then
+/// planned into turns.
+pub fn plan_conversations(phase: &PhaseSpec) -> Option<Vec<SessionPlan>> {
+    let traffic = &phase.traffic;
+    let spec = traffic.conversations.as_ref()?;
+    let families = family_order(phase, spec.sessions);
+    let starts = traffic.arrival.times(
+        spec.sessions,
+        phase.shape.rps,
+        &mut rng_for(phase.seed, &[&phase.scenario, "arrivals"]),
+    );
+    let shapes = TurnShapes {
+        first_user: traffic.tail,
+        later_user: spec.user_tokens.unwrap_or(traffic.tail),
+        output: traffic.output,
+    };
+    Some(plan_sessions(
+        spec,
+        &starts,
+        &families,
+        shapes,
+        &mut rng_for(phase.seed, &[&phase.scenario, "conversations"]),
+    ))
+}
+
+/// The family of each of `count` requests (or sessions), in send order: exact counts in the
+/// seed's shuffled order, or a draw among live families when they come and go.
+fn family_order(phase: &PhaseSpec, count: usize) -> Vec<usize> {
+    let traffic = &phase.traffic;
+    let mut rng = rng_for(phase.seed, &[&phase.scenario, "family-order"]);
+    if !traffic.lifetimes.whole_phase() {
+        return churned_families(count, traffic.popularity, traffic.lifetimes, &mut rng);
+    }
+    let counts = traffic.popularity.counts(count, phase.shape.families);
     let mut families: Vec<usize> = counts
         .iter()
         .enumerate()
         .flat_map(|(family, &n)| std::iter::repeat_n(family, n))
         .collect();
-    families.shuffle(&mut rng_for(phase.seed, &[&phase.scenario, "family-order"]));
-    let mut lengths = rng_for(phase.seed, &[&phase.scenario, "tail-length"]);
-    let [lo, hi] = shape.tail_tokens;
-    let spacing = 1.0 / shape.rps;
+    families.shuffle(&mut rng);
     families
-        .into_iter()
-        .enumerate()
-        .map(|(index, family)| PhaseSlot {
-            index,
-            family,
-            at: index as f64 * spacing,
-            tail_tokens: lengths.random_range(lo..=hi),
-        })
-        .collect()
+}
+
+/// A drawn output length as `max_tokens` (validation bounds it by 10⁶).
+fn output_tokens(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::workload::matrix::Matrix;
-
-    #[test]
-    fn family_counts_match_the_seed() {
-        assert_eq!(family_counts(96, 8, 0.0), vec![12; 8]);
-        assert_eq!(family_counts(96, 8, 0.5), vec![48, 7, 7, 7, 7, 7, 7, 6]);
-        assert_eq!(family_counts(96, 8, 0.9), vec![86, 2, 2, 2, 1, 1, 1, 1]);
-        assert_eq!(family_counts(10, 1, 0.9), vec![10]);
-        assert_eq!(family_counts(5, 8, 0.0).iter().sum::<usize>(), 5);
-    }
 
     #[test]
     fn plan_is_seeded_constant_spaced_and_shared_across_routes() {
@@ -110,26 +134,55 @@ mod tests {
 }
 
 #[cfg(test)]
-mod properties {
-    use proptest::prelude::*;
-
+mod traffic_tests {
     use super::*;
+    use crate::workload::matrix::{MATRIX_24, Matrix};
 
-    proptest! {
-        /// Every request goes to some family, the hot family is never smaller than another,
-        /// and the others differ by at most one.
-        #[test]
-        fn counts_sum_and_stay_even(count in 0usize..2000, families in 1usize..64, hot in 0.0f64..0.99) {
-            let counts = family_counts(count, families, hot);
-            prop_assert_eq!(counts.len(), families);
-            prop_assert_eq!(counts.iter().sum::<usize>(), count);
-            let rest = &counts[1..];
-            if let (Some(lo), Some(hi)) = (rest.iter().min(), rest.iter().max()) {
-                prop_assert!(hi - lo <= 1);
-                if hot > 0.0 && hot >= 1.0 / families as f64 {
-                    prop_assert!(counts[0] + 1 >= *hi);
-                }
-            }
-        }
+    fn with(scenario_keys: &str) -> Vec<PhaseSlot> {
+        // Keys replace the scenario's hot_fraction line when they set it.
+        let head = "[scenario.hot50]\npriming = \"hot\"\n";
+        let hot50 = format!("{head}hot_fraction = 0.5\n");
+        let keep = if scenario_keys.contains("hot_fraction") {
+            head.to_owned()
+        } else {
+            hot50.clone()
+        };
+        let text = MATRIX_24.replace(&hot50, &format!("{keep}{scenario_keys}\n"));
+        let m = Matrix::from_toml_str(&text, "m").unwrap();
+        plan_requests(&m.phases()[6])
+    }
+
+    #[test]
+    fn each_key_changes_only_its_own_draws() {
+        let seed = with("");
+        let poisson = with("arrival = \"poisson\"");
+        let same = |a: &[PhaseSlot], b: &[PhaseSlot], f: fn(&PhaseSlot) -> f64| {
+            a.iter().zip(b).all(|(x, y)| f(x) == f(y))
+        };
+        assert!(same(&seed, &poisson, |s| s.family as f64));
+        assert!(same(&seed, &poisson, |s| s.tail_tokens as f64));
+        assert!(!same(&seed, &poisson, |s| s.at));
+        assert_eq!(poisson.last().unwrap().at, seed.last().unwrap().at);
+
+        let outputs =
+            with("output = { dist = \"lognormal\", mean = 200.0, cv = 1.0, min = 8, max = 4000 }");
+        assert!(same(&seed, &outputs, |s| s.at));
+        assert!(same(&seed, &outputs, |s| s.tail_tokens as f64));
+        assert!(seed.iter().all(|s| s.max_tokens == 128));
+        assert!(
+            outputs
+                .iter()
+                .any(|s| s.max_tokens != outputs[0].max_tokens)
+        );
+
+        let zipf = with("hot_fraction = 0.0\npopularity = { zipf = 1.0 }");
+        let counts: Vec<usize> = (0..8)
+            .map(|f| zipf.iter().filter(|s| s.family == f).count())
+            .collect();
+        assert_eq!(counts, vec![35, 18, 12, 9, 7, 6, 5, 4]);
+
+        let churn = with("hot_fraction = 0.0\npopularity = { zipf = 1.0 }\nfamily_lifetime = 0.25");
+        assert!(churn[..10].iter().all(|s| s.family <= 1));
+        assert!(churn[90..].iter().all(|s| s.family >= 6));
     }
 }

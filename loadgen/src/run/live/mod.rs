@@ -4,9 +4,11 @@
 //!
 //! - [`target`]: where to send and what to scrape (`--gateway`, `--replica NAME=URL`);
 //! - [`runner`]: the matrix's phases (priming, measured requests, scrapes);
+//! - [`send`]: planned requests at their times; [`converse`]: conversations, turn by turn;
 //! - [`request`]: one streamed request and its record; [`sse`]: the stream's lines;
 //! - [`scrape`], [`prom_text`]: reading Prometheus text; [`progress`]: the status line.
 
+pub mod converse;
 pub mod progress;
 pub mod prom_text;
 pub mod request;

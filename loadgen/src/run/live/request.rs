@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use super::sse::{Chunk, SseLines, classify};
 use crate::measure::{ErrorClass, RequestRecord, Usage};
+use crate::workload::chat::{ChatMessage, Role};
 
 /// The pooled client every live request shares.
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
@@ -49,11 +50,16 @@ impl PhaseClock {
     }
 }
 
-/// The JSON body of a streamed chat completion.
+/// The JSON body of a streamed chat completion of `text` as one user message.
 pub fn chat_body(model: &str, text: &str, max_tokens: u32) -> Bytes {
+    chat_messages_body(model, &[ChatMessage::new(Role::User, text)], max_tokens)
+}
+
+/// The JSON body of a streamed chat completion of `messages`.
+pub fn chat_messages_body(model: &str, messages: &[ChatMessage], max_tokens: u32) -> Bytes {
     let body = serde_json::json!({
         "model": model,
-        "messages": [{"role": "user", "content": text}],
+        "messages": messages,
         "max_tokens": max_tokens,
         "stream": true,
         "stream_options": {"include_usage": true},
@@ -91,10 +97,58 @@ pub async fn stream_request_with_headers(
     mut record: RequestRecord,
     limit: Duration,
 ) -> RequestRecord {
+    stream_exchange(client, url, body, headers, clock, &mut record, None, limit).await;
+    record
+}
+
+/// [`stream_request`] that also returns the answer's text (every chunk's content,
+/// concatenated): a conversation's next turn carries it.
+pub async fn stream_request_answer(
+    client: &HttpClient,
+    url: &str,
+    body: Bytes,
+    strategy: Option<&str>,
+    clock: PhaseClock,
+    mut record: RequestRecord,
+    limit: Duration,
+) -> (RequestRecord, String) {
+    let headers: &[(&str, &str)] = match strategy {
+        Some(strategy) => &[("routing-strategy", strategy)],
+        None => &[],
+    };
+    let mut answer = String::new();
+    stream_exchange(
+        client,
+        url,
+        body,
+        headers,
+        clock,
+        &mut record,
+        Some(&mut answer),
+        limit,
+    )
+    .await;
+    (record, answer)
+}
+
+#[expect(
+    clippy::too_many_arguments,
+    reason = "private; the two public callers name them"
+)]
+async fn stream_exchange(
+    client: &HttpClient,
+    url: &str,
+    body: Bytes,
+    headers: &[(&str, &str)],
+    clock: PhaseClock,
+    record: &mut RequestRecord,
+    answer: Option<&mut String>,
+    limit: Duration,
+) {
     record.dispatched = clock.now();
     let outcome = tokio::time::timeout(
         limit,
-        exchange(client, url, body, headers, clock, &mut record),
+        exchange(client, url, body, headers, clock, record, answer),
     )
     .await;
     match outcome {
@@ -105,7 +159,6 @@ pub async fn stream_request_with_headers(
     if record.error.is_none() && (record.first_content.is_none() || record.usage.is_none()) {
         record.error = Some(ErrorClass::Incomplete);
     }
-    record
 }
 
 async fn exchange(
@@ -115,6 +168,7 @@ async fn exchange(
     headers: &[(&str, &str)],
     clock: PhaseClock,
     record: &mut RequestRecord,
+    mut answer: Option<&mut String>,
 ) -> Result<(), ErrorClass> {
     let mut request = http::Request::post(url).header("content-type", "application/json");
     for (name, value) in headers {
@@ -160,9 +214,12 @@ async fn exchange(
                     finished: _,
                     usage,
                 } => {
-                    if content {
+                    if !content.is_empty() {
                         record.first_content.get_or_insert(t);
                         record.last_token = Some(t);
+                        if let Some(answer) = answer.as_deref_mut() {
+                            answer.push_str(&content);
+                        }
                     }
                     if let Some((prompt_tokens, completion_tokens, cached_tokens)) = usage {
                         record.usage = Some(Usage {

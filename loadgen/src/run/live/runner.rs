@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use super::converse::send_conversations;
 use super::progress::PhaseProgress;
 use super::prom_text::routing_deltas;
 use super::request::{HttpClient, PhaseClock, chat_body, stream_request};
@@ -97,18 +98,33 @@ impl LiveRunner {
             stopped,
         ));
 
-        self.progress.start(&phase.name, plan.len());
-        let Sent {
-            records,
-            unix_origin,
-        } = send_planned(
-            &self.client,
-            &self.target,
-            plan,
-            Some(phase.route.as_str()),
-            &self.progress,
-        )
-        .await;
+        let strategy = Some(phase.route.as_str());
+        let (
+            Sent {
+                records,
+                unix_origin,
+            },
+            dropped,
+        ) = match phase.conversations(&setup.prefixes) {
+            None => {
+                self.progress.start(&phase.name, plan.len());
+                let sent =
+                    send_planned(&self.client, &self.target, plan, strategy, &self.progress).await;
+                (sent, 0)
+            }
+            Some(source) => {
+                self.progress.start(&phase.name, source.planned());
+                let done = send_conversations(
+                    &self.client,
+                    &self.target,
+                    source,
+                    strategy,
+                    &self.progress,
+                )
+                .await;
+                (done.sent, done.abandoned)
+            }
+        };
         // Sends are scheduled tasks; a lag here would hide client-side queueing in the numbers.
         let lag = records
             .iter()
@@ -151,7 +167,7 @@ impl LiveRunner {
             replicas,
             initial_prefix_owners: setup.initial_prefix_owners,
             routing_counter_deltas,
-            dropped: 0,
+            dropped,
         };
         Ok(summarize(&outcome, &self.target.slo))
     }

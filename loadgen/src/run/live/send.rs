@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinSet;
 
 use super::progress::PhaseProgress;
-use super::request::{HttpClient, PhaseClock, chat_body, stream_request};
+use super::request::{HttpClient, PhaseClock, chat_messages_body, stream_request};
 use super::target::LiveTarget;
 use crate::measure::{RequestRecord, is_good};
 use crate::workload::PlannedRequest;
@@ -53,7 +53,7 @@ pub async fn send_planned(
         let (progress, slo, model) = (Arc::clone(progress), target.slo, target.model.clone());
         progress.sent.fetch_add(1, Ordering::Relaxed);
         tasks.spawn(async move {
-            let body = chat_body(&model, &request.prompt.text(), request.max_tokens);
+            let body = chat_messages_body(&model, &request.prompt.messages(), request.max_tokens);
             let record = stream_request(&client, &url, body, strategy, clock, record, limit).await;
             progress.done.fetch_add(1, Ordering::Relaxed);
             if is_good(&record, &slo) {

@@ -48,10 +48,11 @@ pub enum Chunk {
     Done,
     /// An error event (`{"error": …}`), with its message.
     Error(String),
-    /// A chunk: whether it carried non-empty content, whether a choice finished, and usage
-    /// if present (`prompt_tokens`, `completion_tokens`, `cached_tokens`).
+    /// A chunk: its content (every choice's, concatenated; empty when it carried none),
+    /// whether a choice finished, and usage if present (`prompt_tokens`,
+    /// `completion_tokens`, `cached_tokens`).
     Data {
-        content: bool,
+        content: String,
         finished: bool,
         usage: Option<(u32, u32, Option<u32>)>,
     },
@@ -82,7 +83,7 @@ pub fn classify(payload: &str) -> Chunk {
     let Some(choices) = value.get("choices").and_then(Value::as_array) else {
         return Chunk::Malformed("SSE event without choices".into());
     };
-    let mut content = false;
+    let mut content = String::new();
     let mut finished = false;
     for choice in choices {
         let text = choice
@@ -90,7 +91,7 @@ pub fn classify(payload: &str) -> Chunk {
             .and_then(|d| d.get("content"))
             .or_else(|| choice.get("text"))
             .and_then(Value::as_str);
-        content |= text.is_some_and(|t| !t.is_empty());
+        content.push_str(text.unwrap_or_default());
         finished |= choice.get("finish_reason").is_some_and(|f| !f.is_null());
     }
     let usage = value.get("usage").filter(|u| !u.is_null()).and_then(|u| {
@@ -141,7 +142,7 @@ mod tests {
         assert_eq!(
             classify(role),
             Chunk::Data {
-                content: false,
+                content: String::new(),
                 finished: false,
                 usage: None
             }
@@ -150,18 +151,18 @@ mod tests {
         assert_eq!(
             classify(last),
             Chunk::Data {
-                content: true,
+                content: " cache".into(),
                 finished: true,
                 usage: None
             }
         );
         let text = r#"{"choices":[{"index":0,"text":" word","finish_reason":null}]}"#;
-        assert!(matches!(classify(text), Chunk::Data { content: true, .. }));
+        assert!(matches!(classify(text), Chunk::Data { content, .. } if content == " word"));
         let usage = r#"{"choices":[],"usage":{"prompt_tokens":5040,"completion_tokens":128,"total_tokens":5168,"prompt_tokens_details":{"cached_tokens":4704}}}"#;
         assert_eq!(
             classify(usage),
             Chunk::Data {
-                content: false,
+                content: String::new(),
                 finished: false,
                 usage: Some((5040, 128, Some(4704)))
             }

@@ -11,6 +11,10 @@
 //! times, tokens are processed before arrivals (a request that finishes at `t` is no longer
 //! outstanding for one that arrives at `t`).
 //!
+//! [`SimCluster::drive_closed`] runs the same loop for a closed-loop source (conversations):
+//! when a request ends, the source is told (with the answer's text for a chat) and may hand
+//! back the request that follows it, which joins the arrivals at its own time.
+//!
 //! With KV-event sync ([`SimCluster::with_kv_sync`]) each engine records vLLM's KV-cache
 //! events, the batches of every step are applied to the router's index right after the step
 //! (so before any arrival at its end time, see [`super::kv_sync`]), and routed requests
@@ -29,7 +33,21 @@ use router_core::{
 
 use super::kv_sync::{ClusterSync, KvSyncStats};
 use crate::measure::{EngineCounters, ErrorClass, Peaks, RequestRecord, Usage};
+use crate::workload::chat::engine_prompt;
 use crate::workload::{PlannedRequest, Prompt};
+
+/// A closed-loop source's answer to a request's end: what became of it and, for a chat that
+/// succeeded, the answer's text; it returns the request to send next, if any.
+pub type FollowUp<'a> = dyn FnMut(&Served, Option<&str>) -> Result<Option<Arrival>, SimError> + 'a;
+
+/// Puts `arrival` among the arrivals not yet sent (from `next` on) in time order, after any
+/// due at the same time; never earlier than `now`.
+fn queue_arrival(arrivals: &mut Vec<Arrival>, next: usize, mut arrival: Arrival, now: f64) {
+    arrival.request.at = arrival.request.at.max(now);
+    let at = arrival.request.at;
+    let pos = next + arrivals[next..].partition_point(|a| a.request.at <= at);
+    arrivals.insert(pos, arrival);
+}
 
 /// Seconds between two scrapes of the engines' gauges (the live runner's period).
 pub const SCRAPE_PERIOD: f64 = 0.25;
@@ -105,6 +123,9 @@ struct InFlight {
     slot: usize,
     /// `None` for requests sent straight to an engine.
     guard: Option<OutstandingGuard>,
+    /// A chat's answer as the engine streams it (its next turn carries it); `None` for
+    /// other prompts, which nothing reads back.
+    answer: Option<String>,
 }
 
 impl InFlight {
@@ -288,8 +309,22 @@ impl SimCluster {
     /// `peaks`, scrapes every engine's gauges every [`SCRAPE_PERIOD`] into it.
     pub fn drive(
         &mut self,
+        arrivals: Vec<Arrival>,
+        peaks: Option<&mut [Peaks]>,
+    ) -> Result<Vec<Served>, SimError> {
+        self.drive_closed(arrivals, peaks, &mut |_, _| Ok(None))
+    }
+
+    /// [`SimCluster::drive`] for a closed-loop source: when a request ends (its last token,
+    /// or an error), `ended` gets what became of it and, for a chat prompt that succeeded,
+    /// the answer's text (the decoded tokens, as a live stream's `delta.content`s
+    /// concatenate), and may return a request to send next, at its own time (not before
+    /// now). Runs until no request is in flight and none is due.
+    pub fn drive_closed(
+        &mut self,
         mut arrivals: Vec<Arrival>,
         mut peaks: Option<&mut [Peaks]>,
+        ended: &mut FollowUp<'_>,
     ) -> Result<Vec<Served>, SimError> {
         arrivals.sort_by(|a, b| a.request.at.total_cmp(&b.request.at));
         let start = self.now;
@@ -341,13 +376,22 @@ impl SimCluster {
                         completion_tokens: out.index + 1,
                         cached_tokens: Some(out.cached_tokens),
                     });
+                    if let Some(answer) = flight.answer.as_mut() {
+                        answer.push_str(&mock_engine::tokenizer::decode(out.token));
+                    }
                     if let Some(finish) = out.finish {
                         record.stream_end = Some(out.at);
                         if finish == FinishReason::Abort {
                             record.error = Some(ErrorClass::StreamBroken);
                         }
                         flight.end();
+                        let answer = flight.answer.take();
+                        let slot = flight.slot;
                         in_flight.remove(&(engine, out.id));
+                        let answer = answer.filter(|_| served[slot].record.error.is_none());
+                        if let Some(next) = ended(&served[slot], answer.as_deref())? {
+                            queue_arrival(&mut arrivals, next_arrival, next, self.now);
+                        }
                     }
                 }
                 if let Some(sync) = self.sync.as_mut() {
@@ -379,10 +423,14 @@ impl SimCluster {
                 next_arrival += 1;
                 let slot = served.len();
                 let (entry, flight) = self.dispatch(arrival, slot)?;
+                let refused = flight.is_none();
                 if let Some((engine, id, flight)) = flight {
                     in_flight.insert((engine, id), flight);
                 }
                 served.push(entry);
+                if refused && let Some(next) = ended(&served[slot], None)? {
+                    queue_arrival(&mut arrivals, next_arrival, next, self.now);
+                }
             }
         }
         Err(SimError::Runaway("event count"))
@@ -397,9 +445,17 @@ impl SimCluster {
     ) -> Result<(Served, Option<(usize, RequestId, InFlight)>), SimError> {
         let planned = &arrival.request;
         let mut record = RequestRecord::sent(planned.index, planned.family, planned.at, self.now);
-        // A trace prompt's text is built here and dropped with this call.
+        // A trace prompt's text is built here and dropped with this call. The router reads
+        // the text the gateway would extract; the engine tokenizes what its server would
+        // render (the same text, but a chat through its template).
         let text = planned.prompt.text();
-        let prompt = mock_engine::tokenizer::encode(&text);
+        let (prompt, answer) = match &planned.prompt {
+            Prompt::Chat(messages) => (
+                mock_engine::tokenizer::encode(&engine_prompt(messages)),
+                Some(String::new()),
+            ),
+            _ => (mock_engine::tokenizer::encode(&text), None),
+        };
         let (engine, decision, guard) = match arrival.target {
             Target::Direct(engine) => {
                 if engine >= self.engines.len() {
@@ -453,7 +509,12 @@ impl SimCluster {
                     engine,
                     decision,
                 };
-                Ok((served, Some((engine, id, InFlight { slot, guard }))))
+                let flight = InFlight {
+                    slot,
+                    guard,
+                    answer,
+                };
+                Ok((served, Some((engine, id, flight))))
             }
             Err(_) => {
                 // vLLM answers 400 (context length); the guard drops here, as the gateway's

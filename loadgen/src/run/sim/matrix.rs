@@ -13,6 +13,7 @@
 //! in total in the result's `runtime` line (the seed's schema has no field for it).
 
 use super::cluster::{Arrival, Served, SimCluster, SimError, Target};
+use super::converse::converse;
 use super::kv_sync::KvSyncStats;
 use super::options::SimOptions;
 use super::priming::SimPrimer;
@@ -179,7 +180,10 @@ pub fn simulate_phase_run(
         arrivals.push(Arrival { request, target });
     }
     let mut peaks = vec![Peaks::default(); options.replicas];
-    let served = cluster.drive(arrivals, Some(&mut peaks))?;
+    let (served, dropped) = match phase.conversations(&setup.prefixes) {
+        None => (cluster.drive(arrivals, Some(&mut peaks))?, 0),
+        Some(source) => converse(&mut cluster, phase.route, source, t0, &mut peaks)?,
+    };
     let after = cluster.counters();
 
     let mut tally = RoutingTally::default();
@@ -207,7 +211,7 @@ pub fn simulate_phase_run(
         replicas,
         initial_prefix_owners: setup.initial_prefix_owners,
         routing_counter_deltas: Some(tally.deltas()),
-        dropped: 0,
+        dropped,
     };
     Ok(PhaseRun {
         result: summarize(&outcome, &options.slo),

@@ -5,11 +5,13 @@
 //! - [`cluster`]: the engines, their loads and the router, and the event loop that sends
 //!   planned requests and turns tokens into records (the sink every workload feeds);
 //! - [`matrix`]: the matrix's phases on fresh clusters (`loadgen simulate`);
+//! - [`converse`]: a conversation scenario's sessions, closed loop;
 //! - [`priming`]: the cluster as the one priming routine sees it;
 //! - [`kv_sync`]: the engines' KV-cache events applied to the router's index;
 //! - [`options`]: what to simulate; [`trace_lines`]: the per-request explanation file.
 
 pub mod cluster;
+pub mod converse;
 pub mod kv_sync;
 pub mod matrix;
 pub mod options;
