@@ -21,14 +21,13 @@ use bytes::Bytes;
 use gateway::config::BackendConfig;
 use gateway::{GatewayConfig, GatewayHandle};
 use http_body_util::{BodyExt, Full};
-use mock_engine::kv_events::wire::encode_batch;
-use mock_engine::model::kv_events::KvEvent;
 use mock_engine::server::{ReplicaHandle, spawn_replica};
+use router_core::kv_sync::wire::{EventFormat, KvEvent};
 use zeromq::{PubSocket, Socket};
 
 mod support;
 
-use support::kv_events::{backend, fast_replica, last_seq, port, send_batch};
+use support::kv_events::{backend, fast_replica, last_seq, payload, port, send_batch};
 
 use support::{
     DEADLINE, HttpClient, MOCK_MODEL, embedded_config, http_client, loopback_config, metrics,
@@ -306,14 +305,15 @@ fn stored(ids: &[u32], base: u64) -> KvEvent {
     let blocks = ids.len() / ENGINE_BLOCK;
     KvEvent::BlockStored {
         block_hashes: (0..blocks as u64).map(|i| base + i).collect(),
-        parent_block_hash: None,
+        parent: None,
         token_ids: ids[..blocks * ENGINE_BLOCK].to_vec(),
         block_size: ENGINE_BLOCK,
     }
 }
 
 async fn publish(socket: &mut PubSocket, seq: u64, events: &[KvEvent]) {
-    send_batch(socket, seq, Bytes::from(encode_batch(0.0, events, 0))).await;
+    let payload = payload(EventFormat::Positional, events.to_vec(), Vec::new(), 0);
+    send_batch(socket, seq, payload).await;
 }
 
 #[tokio::test]

@@ -30,16 +30,14 @@ use bytes::Bytes;
 use gateway::GatewayConfig;
 use gateway::config::BackendConfig;
 use http_body_util::{BodyExt, Full};
-use mock_engine::kv_events::wire::seq_frame;
-use mock_engine::kv_events::{END_OF_REPLAY, EventFormat, encode_batch_as};
-use mock_engine::model::kv_events::KvEvent;
 use mock_engine::server::{ReplicaHandle, spawn_replica};
+use router_core::kv_sync::wire::{END_OF_REPLAY, EventFormat, KvEvent, seq_frame};
 use tokio::task::JoinHandle;
 use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 mod support;
 
-use support::kv_events::{backend, fast_replica, kv_sync_config, port, send_batch};
+use support::kv_events::{backend, fast_replica, kv_sync_config, payload, port, send_batch};
 
 use support::{DEADLINE, HttpClient, MOCK_MODEL, http_client, metrics, sample, wait_for_metrics};
 
@@ -69,12 +67,12 @@ impl Rank {
     async fn publish(&mut self, events: &[KvEvent]) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let payload = Bytes::from(encode_batch_as(
+        let payload = payload(
             EventFormat::Positional,
-            0.0,
-            events,
-            self.rank,
-        ));
+            events.to_vec(),
+            Vec::new(),
+            i64::from(self.rank),
+        );
         self.buffer.lock().unwrap().push((seq, payload.clone()));
         send_batch(&mut self.publisher, seq, payload).await;
         seq
@@ -122,7 +120,7 @@ async fn serve_replay(mut socket: RouterSocket, buffer: Buffer) {
             .filter(|(seq, _)| *seq >= start)
             .cloned()
             .collect();
-        let end = (u64::from_be_bytes(END_OF_REPLAY), Bytes::new());
+        let end = (END_OF_REPLAY, Bytes::new());
         for (seq, payload) in replies.into_iter().chain([end]) {
             let mut message = ZmqMessage::from(identity.clone());
             message.push_back(Bytes::new());
@@ -211,7 +209,7 @@ fn stored(ids: &[u32], base: u64) -> KvEvent {
     KvEvent::BlockStored {
         token_ids: ids[..block_hashes.len() * ENGINE_BLOCK].to_vec(),
         block_hashes,
-        parent_block_hash: None,
+        parent: None,
         block_size: ENGINE_BLOCK,
     }
 }

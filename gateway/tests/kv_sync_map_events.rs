@@ -26,14 +26,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use mock_engine::kv_events::{END_OF_REPLAY, EventFormat, KvEventsConfig, encode_batch_as};
-use mock_engine::model::kv_events::KvEvent;
+use mock_engine::kv_events::KvEventsConfig;
 use mock_engine::server::{ReplicaHandle, spawn_replica, spawn_replica_with_events};
+use router_core::kv_sync::wire::{END_OF_REPLAY, EventFormat, KvEvent, read_seq};
 use zeromq::{DealerSocket, PubSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 mod support;
 
-use support::kv_events::{backend, fast_replica, kv_sync_config, last_seq, port, send_batch};
+use support::kv_events::{
+    backend, fast_replica, kv_sync_config, last_seq, payload, port, send_batch,
+};
 
 use support::{DEADLINE, HttpClient, MOCK_MODEL, http_client, metrics, sample, wait_for_metrics};
 
@@ -84,7 +86,7 @@ async fn replayed_payloads(replay: &str) -> Vec<Bytes> {
             .unwrap()
             .into_vec();
         assert_eq!(reply.len(), 3, "[\"\", seq, payload]");
-        if reply[1].as_ref() == END_OF_REPLAY {
+        if read_seq(&reply[1]) == Some(END_OF_REPLAY) {
             return payloads;
         }
         payloads.push(reply[2].clone());
@@ -196,32 +198,24 @@ async fn engine_ids(client: &HttpClient, engine: &ReplicaHandle, prompt: &str) -
 
 /// A map-form batch with one `BlockStored` of the full blocks of `ids` (engine hashes
 /// `base + i`), cached for `lora_name` when given.
-fn stored_batch(ids: &[u32], base: u64, lora_name: Option<&str>) -> Vec<u8> {
+fn stored_batch(ids: &[u32], base: u64, lora_name: Option<&str>) -> Bytes {
     let blocks = ids.len() / ENGINE_BLOCK;
     let event = KvEvent::BlockStored {
         block_hashes: (0..blocks as u64).map(|i| base + i).collect(),
-        parent_block_hash: None,
+        parent: None,
         token_ids: ids[..blocks * ENGINE_BLOCK].to_vec(),
         block_size: ENGINE_BLOCK,
     };
-    let payload = encode_batch_as(EventFormat::Map, 0.0, &[event], 0);
-    let Some(name) = lora_name else {
-        return payload;
-    };
-    // The mock serves no adapters and writes `"lora_name": nil`; put a name in its place
-    // (a map's and an array's headers count entries, not bytes, so the rest stays valid).
-    let nil = b"\xa9lora_name\xc0";
-    let at = payload.windows(nil.len()).position(|w| w == nil).unwrap();
-    assert!(name.len() < 32, "a msgpack fixstr");
-    let mut patched = payload[..at + nil.len() - 1].to_vec();
-    patched.push(0xa0 | name.len() as u8);
-    patched.extend(name.as_bytes());
-    patched.extend(&payload[at + nil.len()..]);
-    patched
+    payload(
+        EventFormat::Map,
+        vec![event],
+        vec![lora_name.map(str::to_owned)],
+        0,
+    )
 }
 
-async fn publish(socket: &mut PubSocket, seq: u64, payload: Vec<u8>) {
-    send_batch(socket, seq, Bytes::from(payload)).await;
+async fn publish(socket: &mut PubSocket, seq: u64, payload: Bytes) {
+    send_batch(socket, seq, payload).await;
 }
 
 #[tokio::test]
@@ -246,7 +240,7 @@ async fn an_adapters_blocks_do_not_match_requests_for_the_base_model() {
         publish(
             &mut publisher,
             seq,
-            encode_batch_as(EventFormat::Map, 0.0, &[], 0),
+            payload(EventFormat::Map, Vec::new(), Vec::new(), 0),
         )
         .await;
         let text = metrics(&client, &gateway).await;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use clap::Parser;
-use mock_engine::kv_events::END_OF_REPLAY;
+use router_core::kv_sync::wire::{END_OF_REPLAY, read_seq};
 use router_core::kv_sync::{KvEvent, decode_batch};
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
@@ -60,7 +60,7 @@ async fn main() -> Result<()> {
             let [_, seq, payload] = reply.as_slice() else {
                 bail!("replay reply with {} frames, expected 3", reply.len());
             };
-            if seq.as_ref() == END_OF_REPLAY {
+            if read_seq(&seq) == Some(END_OF_REPLAY) {
                 println!("end of replay");
                 return Ok(());
             }

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mock_engine::kv_events::{END_OF_REPLAY, KvEventsConfig};
+use mock_engine::kv_events::KvEventsConfig;
+use router_core::kv_sync::wire::{END_OF_REPLAY, read_seq};
 // Decoded with the gateway's decoder: what a real subscriber of the mock reads.
 use mock_engine::model::block_hash::extend_hashes;
 use mock_engine::server::{FailurePlan, ReplicaHandle, spawn_replica_with_events};
@@ -256,7 +257,7 @@ async fn replay(replica: &ReplicaHandle, start: u64) -> Vec<Published> {
             .into_vec();
         assert_eq!(reply.len(), 3, "[\"\", seq, payload]");
         assert!(reply[0].is_empty(), "empty delimiter frame");
-        if reply[1].as_ref() == END_OF_REPLAY {
+        if read_seq(&reply[1]) == Some(END_OF_REPLAY) {
             assert!(reply[2].is_empty(), "the end marker has an empty payload");
             return messages.into_values().collect();
         }

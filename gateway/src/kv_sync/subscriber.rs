@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use router_core::kv_sync::wire::{END_OF_REPLAY, read_seq};
 use router_core::kv_sync::{KvEvent, PodSync, decode_batch, index_models};
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
@@ -40,9 +41,6 @@ use crate::kv_sync::config::KvSyncConfig;
 use crate::kv_sync::metrics::KvSyncMetrics;
 use crate::replicas::Replica;
 use crate::replicas::kv_events::EventEndpoints;
-
-/// The seq frame of the replay's end marker.
-const END_OF_REPLAY: u64 = u64::MAX;
 
 /// Replay messages taken in one replay at most (vLLM keeps 10 000 batches by default).
 const MAX_REPLAY_MESSAGES: usize = 1_000_000;
@@ -204,7 +202,7 @@ impl Applier<'_> {
     fn live_frames(&mut self, message: ZmqMessage) -> Option<(u64, Bytes)> {
         let frames = message.into_vec();
         let parsed = match frames.as_slice() {
-            [_topic, seq, payload] => seq_of(seq).map(|seq| (seq, payload.clone())),
+            [_topic, seq, payload] => read_seq(seq).map(|seq| (seq, payload.clone())),
             _ => None,
         };
         if parsed.is_none() {
@@ -288,7 +286,7 @@ impl Applier<'_> {
                 .map_err(|e| format!("receive: {e}"))?
                 .into_vec();
             let (seq, payload) = match reply.as_slice() {
-                [_, seq, payload] => (seq_of(seq), payload),
+                [_, seq, payload] => (read_seq(seq), payload),
                 _ => (None, &Bytes::new()),
             };
             let Some(seq) = seq else {
@@ -405,12 +403,6 @@ impl Applier<'_> {
             tracing::warn!(pod = %self.pod(), rank, kind, detail, "KV events (logged once per kind)");
         }
     }
-}
-
-fn seq_of(frame: &Bytes) -> Option<u64> {
-    <[u8; 8]>::try_from(frame.as_ref())
-        .ok()
-        .map(u64::from_be_bytes)
 }
 
 /// The `event_type` label.

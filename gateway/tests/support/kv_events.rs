@@ -1,16 +1,35 @@
 //! What the KV-event sync end-to-end tests share: a static `fast` mock replica, its backend
-//! entry, a hand-driven publisher's batch on the wire (topic, seq, payload), and the
+//! entry, a hand-driven publisher's batch on the wire (topic, seq, payload, encoded by
+//! `router_core::kv_sync::wire` as the mock engine's publisher does), and the
 //! per-pod last applied sequence number read from the gateway's metrics.
 
 use bytes::Bytes;
 use gateway::GatewayConfig;
 use gateway::config::BackendConfig;
-use mock_engine::kv_events::wire::seq_frame;
 use mock_engine::model::EngineProfile;
 use mock_engine::server::{FailurePlan, ReplicaConfig, ReplicaHandle};
+use router_core::kv_sync::wire::{EventBatch, EventFormat, KvEvent, encode_batch, seq_frame};
 use zeromq::{PubSocket, SocketSend, ZmqMessage};
 
 use super::{MOCK_MODEL, loopback_config, with_quick_retries};
+
+/// The payload of one batch of `events` in `format` from data-parallel rank `rank`, each
+/// event cached for the adapter at its place in `lora_names` (the base model when short).
+pub fn payload(
+    format: EventFormat,
+    events: Vec<KvEvent>,
+    lora_names: Vec<Option<String>>,
+    rank: i64,
+) -> Bytes {
+    let batch = EventBatch {
+        ts: 0.0,
+        events,
+        lora_names,
+        data_parallel_rank: Some(rank),
+        skipped: 0,
+    };
+    Bytes::from(encode_batch(&batch, format))
+}
 
 /// A replica on loopback port 0 with the never-busy `fast` profile, engine time ×10.
 pub fn fast_replica(name: &str) -> ReplicaConfig {

@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use thiserror::Error;
 
-use super::wire::EventFormat;
+use router_core::kv_sync::wire::EventFormat;
 
 /// Which publisher vLLM would build.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //!
 //! Two tasks per replica. The publisher task waits on the [`BatchQueue`] the engine driver
 //! fills (the driver never waits on it), numbers each batch from 0, encodes it
-//! ([`super::wire`]), keeps it for replay and sends it; a PUB socket drops for a subscriber
+//! (`router_core::kv_sync::wire`), keeps it for replay and sends it; a PUB socket drops for a subscriber
 //! that cannot keep up, so sending never waits either. The replay task answers
 //! `[identity, "", start_seq]` with `[identity, "", seq, payload]` for every buffered batch
 //! with `seq ≥ start_seq`, then `[identity, "", END_OF_REPLAY, ""]`; a client that stops
@@ -27,8 +27,8 @@ use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage
 
 use super::config::{Attach, KvEventsConfig, KvEventsConfigError};
 use super::queue::BatchQueue;
-use super::wire;
 use crate::model::KvEventBatch;
+use router_core::kv_sync::wire::{self, EventBatch, EventFormat};
 
 /// How long one replay message may wait for a slow client before the replay is abandoned.
 pub const REPLAY_SEND_TIMEOUT: Duration = Duration::from_secs(5);
@@ -143,18 +143,22 @@ struct PublishState {
     buffer: ReplayBuffer,
     buffer_steps: usize,
     topic: Bytes,
-    format: wire::EventFormat,
+    format: EventFormat,
     epoch: f64,
 }
 
 impl PublishState {
     /// Numbers, encodes and keeps one batch; returns the message to send.
     fn prepare(&self, seq: u64, batch: &KvEventBatch) -> ZmqMessage {
-        let payload = Bytes::from(wire::encode_batch_as(
+        let payload = Bytes::from(wire::encode_batch(
+            &EventBatch {
+                ts: self.epoch + batch.ts,
+                lora_names: vec![None; batch.events.len()],
+                events: batch.events.clone(),
+                data_parallel_rank: Some(0),
+                skipped: 0,
+            },
             self.format,
-            self.epoch + batch.ts,
-            &batch.events,
-            0,
         ));
         if self.buffer_steps > 0 {
             let mut buffer = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
@@ -240,7 +244,7 @@ async fn replay_loop(
             .filter(|(seq, _)| *seq >= start)
             .cloned()
             .collect();
-        let end = (u64::from_be_bytes(wire::END_OF_REPLAY), Bytes::new());
+        let end = (wire::END_OF_REPLAY, Bytes::new());
         for (seq, payload) in replies.into_iter().chain(std::iter::once(end)) {
             let mut message = ZmqMessage::from(identity.clone());
             message.push_back(Bytes::new());

@@ -141,12 +141,12 @@ impl BlockPool {
     pub fn record_stored(
         &mut self,
         block_hashes: &[u64],
-        parent_block_hash: Option<u64>,
+        parent: Option<u64>,
         token_ids: &[u32],
         block_size: usize,
     ) {
         self.events
-            .stored(block_hashes, parent_block_hash, token_ids, block_size);
+            .stored(block_hashes, parent, token_ids, block_size);
     }
 
     /// Events recorded and not yet taken: the step in flight's, which the engine publishes

@@ -8,34 +8,18 @@
 //! [`KvEvent::BlockRemoved`] (freeing a finished request announces nothing: its blocks stay
 //! cached), and a reset of the whole cache by [`KvEvent::AllBlocksCleared`]. The engine
 //! takes the events once per step into a [`KvEventBatch`], as vLLM's scheduler does in
-//! `update_from_output`. Encoding them on the wire is the server's business
-//! (`server::kv_wire`).
+//! `update_from_output`. Encoding them on the wire is the publisher's business
+//! ([`crate::kv_events`], with `router_core::kv_sync::wire`).
 //!
 //! Recording is off by default and then costs a branch: nothing is allocated.
 
 use super::Seconds;
 
-/// One change to the prefix cache, with vLLM 0.9–0.11's fields. `lora_id` is always none
-/// and `medium` always `"GPU"` in the mock, so they are not stored.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum KvEvent {
-    /// Blocks newly registered in the prefix cache, consecutive in one request.
-    BlockStored {
-        /// The blocks' chained hashes ([`super::block_hash::chain_hash`]), in token order.
-        block_hashes: Vec<u64>,
-        /// The hash of the block before the first of them; `None` for a request's first
-        /// block.
-        parent_block_hash: Option<u64>,
-        /// The blocks' tokens concatenated (`len == block_hashes.len() × block_size`).
-        token_ids: Vec<u32>,
-        block_size: usize,
-    },
-    /// Cached blocks whose hashes were dropped (lazy eviction on reuse): one hash per event,
-    /// as vLLM emits them.
-    BlockRemoved { block_hashes: Vec<u64> },
-    /// The whole prefix cache was reset.
-    AllBlocksCleared,
-}
+/// One change to the prefix cache: vLLM's event as the wire format defines it (one definition
+/// for the publisher here and the gateway's subscriber). The mock serves no adapters, so its
+/// events carry no LoRA name; `lora_id` is always none and `medium` always `"GPU"` on the wire.
+/// A `BlockRemoved` carries one hash per event, as vLLM emits them (lazy eviction on reuse).
+pub use router_core::kv_sync::KvEvent;
 
 /// The events of one engine step, stamped with the step's end in engine seconds.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,7 +52,7 @@ impl KvEventLog {
     pub fn stored(
         &mut self,
         block_hashes: &[u64],
-        parent_block_hash: Option<u64>,
+        parent: Option<u64>,
         token_ids: &[u32],
         block_size: usize,
     ) {
@@ -77,7 +61,7 @@ impl KvEventLog {
         }
         self.events.push(KvEvent::BlockStored {
             block_hashes: block_hashes.to_vec(),
-            parent_block_hash,
+            parent,
             token_ids: token_ids.to_vec(),
             block_size,
         });

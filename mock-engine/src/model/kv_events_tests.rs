@@ -26,7 +26,7 @@ impl Subscriber {
             match event {
                 KvEvent::BlockStored {
                     block_hashes,
-                    parent_block_hash,
+                    parent: parent_block_hash,
                     token_ids,
                     block_size,
                 } => {
@@ -138,7 +138,7 @@ fn a_prefill_stores_its_full_blocks_once_and_a_hit_stores_nothing() {
         subscriber.stored(),
         vec![&KvEvent::BlockStored {
             block_hashes: hashes.clone(),
-            parent_block_hash: None,
+            parent: None,
             token_ids: prompt[..8].to_vec(),
             block_size: 4,
         }]
@@ -177,7 +177,7 @@ fn new_blocks_after_a_hit_name_the_hit_as_parent_and_decode_blocks_chain_on() {
         stored[1],
         &KvEvent::BlockStored {
             block_hashes: vec![hashes[2]],
-            parent_block_hash: Some(hashes[1]),
+            parent: Some(hashes[1]),
             token_ids: longer[8..12].to_vec(),
             block_size: 4,
         }
@@ -185,7 +185,7 @@ fn new_blocks_after_a_hit_name_the_hit_as_parent_and_decode_blocks_chain_on() {
     // Block 3 fills during decode: 2 prompt tokens then the first 2 generated ones.
     let KvEvent::BlockStored {
         block_hashes,
-        parent_block_hash,
+        parent: parent_block_hash,
         token_ids,
         ..
     } = stored[2]

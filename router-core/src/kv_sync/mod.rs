@@ -7,8 +7,9 @@
 //! added to or removed from the same [`crate::index::PrefixIndex`] the policies read
 //! (AIBrix's `using_kv_sync="true"` mode, with its bugs fixed: see [`pod_sync`]).
 //!
-//! - [`wire`]: the msgpack payload of one ZMQ message → [`KvEvent`]s (no sockets here), in
-//!   vLLM's positional form, and [`wire_map`] in its newer named-field (map) form;
+//! - [`wire`]: vLLM's wire format, in one place: the msgpack payload of one ZMQ message ↔
+//!   [`KvEvent`]s (no sockets here), in vLLM's positional and newer named-field (map)
+//!   forms, decoded here and encoded by the mock engine;
 //! - [`pod_sync`]: one pod's engine-block → router-block map, applied to the index;
 //! - [`rank_holders`]: which data-parallel ranks of a pod hold each router block (a DP pod's
 //!   index entry is the union of its ranks).
@@ -22,11 +23,10 @@ use std::borrow::Cow;
 pub mod pod_sync;
 pub mod rank_holders;
 pub mod wire;
-pub mod wire_map;
 
 pub use pod_sync::{Applied, DEFAULT_MAX_ENGINE_BLOCKS, PodSync, SyncError, SyncSettings};
 pub use rank_holders::MAX_DP_RANKS;
-pub use wire::{EventBatch, KvEvent, WireError, decode_batch};
+pub use wire::{EventBatch, EventFormat, KvEvent, WireError, decode_batch, encode_batch};
 
 /// The models a `BlockStored` is indexed under: a LoRA adapter's blocks under the adapter's
 /// name only, the base model's under every model the pod serves (`served`).

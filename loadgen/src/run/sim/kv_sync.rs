@@ -5,8 +5,8 @@
 //! The gateway receives vLLM's events over ZeroMQ a fraction of a millisecond after the
 //! engine step that produced them, decodes them (`router_core::kv_sync::wire`) and applies
 //! them with [`Router::apply_kv_event`], one [`PodSync`] per replica. The simulator skips the
-//! sockets and the msgpack: the mock engine's events are converted field for field and
-//! applied at the virtual time the step ended, before any arrival at that time is routed
+//! sockets and the msgpack: the mock engine's events are the wire's own type, applied as
+//! they are at the virtual time the step ended, before any arrival at that time is routed
 //! (a sub-millisecond delay is far below the matrix's 0.6 s spacing, so modelling it would
 //! change no decision). Everything an event did or failed to do is counted in
 //! [`KvSyncStats`], so that a misaligned block size or a lost parent cannot quietly turn
@@ -14,9 +14,9 @@
 
 use std::collections::BTreeMap;
 
-use mock_engine::model::{KvEvent as EngineEvent, KvEventBatch};
+use mock_engine::model::KvEventBatch;
 use router_core::Router;
-use router_core::kv_sync::{KvEvent, PodSync};
+use router_core::kv_sync::PodSync;
 
 /// What sync did over a run or a phase.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -109,7 +109,7 @@ impl ClusterSync {
         for batch in batches {
             self.stats.batches += 1;
             for event in batch.events {
-                match router.apply_kv_event(sync, &router_event(event), pod, &self.models, now_ms) {
+                match router.apply_kv_event(sync, &event, pod, &self.models, now_ms) {
                     Ok(applied) => {
                         self.stats.events_applied += 1;
                         self.stats.blocks_added += applied.added as u64;
@@ -122,41 +122,22 @@ impl ClusterSync {
     }
 }
 
-/// The engine's event as the gateway decodes it from the wire (same fields, router-core's
-/// names).
-fn router_event(event: EngineEvent) -> KvEvent {
-    match event {
-        EngineEvent::BlockStored {
-            block_hashes,
-            parent_block_hash,
-            token_ids,
-            block_size,
-        } => KvEvent::BlockStored {
-            block_hashes,
-            parent: parent_block_hash,
-            token_ids,
-            block_size,
-        },
-        EngineEvent::BlockRemoved { block_hashes } => KvEvent::BlockRemoved { block_hashes },
-        EngineEvent::AllBlocksCleared => KvEvent::AllBlocksCleared,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use router_core::RouterConfig;
+    use router_core::kv_sync::KvEvent;
 
-    fn stored(hashes: &[u64], parent: Option<u64>, block_size: usize) -> EngineEvent {
-        EngineEvent::BlockStored {
+    fn stored(hashes: &[u64], parent: Option<u64>, block_size: usize) -> KvEvent {
+        KvEvent::BlockStored {
             block_hashes: hashes.to_vec(),
-            parent_block_hash: parent,
+            parent,
             token_ids: (0..(hashes.len() * block_size) as u32).collect(),
             block_size,
         }
     }
 
-    fn batch(events: Vec<EngineEvent>) -> Vec<KvEventBatch> {
+    fn batch(events: Vec<KvEvent>) -> Vec<KvEventBatch> {
         vec![KvEventBatch { ts: 0.0, events }]
     }
 
@@ -177,7 +158,7 @@ mod tests {
             &router,
             1,
             "B",
-            batch(vec![EngineEvent::BlockRemoved {
+            batch(vec![KvEvent::BlockRemoved {
                 block_hashes: vec![4],
             }]),
             1,
@@ -191,13 +172,7 @@ mod tests {
         };
         assert_eq!(sync.stats(), &want);
         assert_eq!(router.index().len(), 1);
-        sync.apply(
-            &router,
-            1,
-            "B",
-            batch(vec![EngineEvent::AllBlocksCleared]),
-            2,
-        );
+        sync.apply(&router, 1, "B", batch(vec![KvEvent::AllBlocksCleared]), 2);
         assert!(router.index().is_empty());
     }
 

@@ -19,11 +19,12 @@
 //! omit them when nil, so absent reads as nil. Every other key is ignored, so fields a newer
 //! vLLM adds do not stop the sync. vLLM's newest source also writes the batch itself as a
 //! map (`{"ts", "events", "data_parallel_rank"}`; released 0.2x engines keep it positional),
-//! so [`batch_fields`] reads that too. Hashes are read as in [`super::wire`].
+//! so [`batch_fields`] reads that too. Hashes are read as in the positional form.
 
 use rmpv::Value;
 
-use super::wire::{Decoded, KvEvent, StoredFields, WireError, removed, shape, stored};
+use super::event::{Decoded, KvEvent, MEDIUM_GPU, StoredFields, WireError, hashes_value};
+use super::event::{lora_value, parent_value, removed, shape, stored, tokens_value};
 
 /// The key msgspec writes a tagged struct's class name under.
 pub const TAG_KEY: &str = "type";
@@ -73,9 +74,52 @@ fn get<'a>(entries: &'a [(Value, Value)], key: &str) -> Option<&'a Value> {
         .map(|(_, v)| v)
 }
 
+/// One event as a map, in the struct's field order. Fields without a default are always
+/// written (`lora_id`, `medium`, `lora_name`, nil when unset); of the defaulted ones, what a
+/// single-group vLLM 0.2x writes (`extra_keys` one nil per block, `group_idx` 0,
+/// `kv_cache_spec_kind` `"full_attention"`).
+pub(super) fn encode_event(event: &KvEvent, lora_name: Option<&str>) -> Value {
+    let fields = match event {
+        KvEvent::BlockStored {
+            block_hashes,
+            parent,
+            token_ids,
+            block_size,
+        } => vec![
+            (TAG_KEY, Value::from("BlockStored")),
+            ("block_hashes", hashes_value(block_hashes)),
+            ("parent_block_hash", parent_value(*parent)),
+            ("token_ids", tokens_value(token_ids)),
+            ("block_size", Value::from(*block_size as u64)),
+            ("lora_id", Value::Nil),
+            ("medium", Value::from(MEDIUM_GPU)),
+            ("lora_name", lora_value(lora_name)),
+            (
+                "extra_keys",
+                Value::Array(vec![Value::Nil; block_hashes.len()]),
+            ),
+            ("group_idx", Value::from(0u64)),
+            ("kv_cache_spec_kind", Value::from("full_attention")),
+        ],
+        KvEvent::BlockRemoved { block_hashes } => vec![
+            (TAG_KEY, Value::from("BlockRemoved")),
+            ("block_hashes", hashes_value(block_hashes)),
+            ("medium", Value::from(MEDIUM_GPU)),
+            ("group_idx", Value::from(0u64)),
+        ],
+        KvEvent::AllBlocksCleared => vec![(TAG_KEY, Value::from("AllBlocksCleared"))],
+    };
+    Value::Map(
+        fields
+            .into_iter()
+            .map(|(key, value)| (Value::from(key), value))
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::wire::{EventBatch, decode_batch};
+    use super::super::{EventBatch, EventFormat, decode_batch, encode_batch};
     use super::*;
 
     fn encode(value: Value) -> Vec<u8> {
@@ -437,5 +481,112 @@ mod tests {
         let no_events = encode(map(vec![("ts", Value::F64(0.0))]));
         let error = decode_batch(&no_events).unwrap_err().to_string();
         assert!(error.contains("batch events"), "{error}");
+    }
+
+    #[test]
+    fn map_events_are_vllms_named_fields_in_field_order() {
+        let stored = KvEvent::BlockStored {
+            block_hashes: vec![u64::MAX - 1, 7],
+            parent: None,
+            token_ids: vec![1, 2, 300, 70_000],
+            block_size: 2,
+        };
+        let events = vec![
+            stored,
+            KvEvent::BlockRemoved {
+                block_hashes: vec![7],
+            },
+            KvEvent::AllBlocksCleared,
+        ];
+        let payload = EventBatch {
+            ts: 2.0,
+            lora_names: vec![None; events.len()],
+            events,
+            data_parallel_rank: Some(0),
+            skipped: 0,
+        };
+        let bytes = encode_batch(&payload, EventFormat::Map);
+        let value = rmpv::decode::read_value(&mut bytes.as_slice()).unwrap();
+        // The batch stays positional; each event is a map.
+        assert_eq!(value.as_array().unwrap().len(), 3);
+        let keys = |event: &Value| -> Vec<String> {
+            event
+                .as_map()
+                .unwrap()
+                .iter()
+                .map(|(k, _)| k.as_str().unwrap().to_owned())
+                .collect()
+        };
+        let field = |event: &Value, name: &str| -> Value {
+            get(event.as_map().unwrap(), name).unwrap().clone()
+        };
+        let stored = &value[1][0];
+        assert_eq!(
+            keys(stored),
+            [
+                "type",
+                "block_hashes",
+                "parent_block_hash",
+                "token_ids",
+                "block_size",
+                "lora_id",
+                "medium",
+                "lora_name",
+                "extra_keys",
+                "group_idx",
+                "kv_cache_spec_kind",
+            ]
+        );
+        assert_eq!(field(stored, "type").as_str(), Some("BlockStored"));
+        assert_eq!(
+            field(stored, "block_hashes")[0].as_u64(),
+            Some(u64::MAX - 1)
+        );
+        assert!(field(stored, "parent_block_hash").is_nil());
+        assert_eq!(field(stored, "token_ids")[3].as_u64(), Some(70_000));
+        assert_eq!(field(stored, "block_size").as_u64(), Some(2));
+        assert!(field(stored, "lora_name").is_nil());
+        assert_eq!(field(stored, "medium").as_str(), Some("GPU"));
+        assert_eq!(field(stored, "extra_keys").as_array().unwrap().len(), 2);
+        let removed = &value[1][1];
+        assert_eq!(
+            keys(removed),
+            ["type", "block_hashes", "medium", "group_idx"]
+        );
+        assert_eq!(field(removed, "type").as_str(), Some("BlockRemoved"));
+        assert_eq!(keys(&value[1][2]), ["type"]);
+        assert_eq!(
+            field(&value[1][2], "type").as_str(),
+            Some("AllBlocksCleared")
+        );
+    }
+
+    /// msgspec 0.22's encoding of three events, from structs declared as vLLM's are (tagged
+    /// events without `array_like`, `omit_defaults`) in an `array_like` batch, base model.
+    const MSGSPEC_MAP_EVENTS: &str = "\
+         93cb4004000000000000938ba474797065ab426c6f636b53746f726564ac626c6f636b5f68617368657392cf\
+         ffffffffffffffff0bb1706172656e745f626c6f636b5f6861736807a9746f6b656e5f6964739401020304aa\
+         626c6f636b5f73697a6502a76c6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65c0aa65\
+         787472615f6b65797392c0c0a967726f75705f69647800b26b765f63616368655f737065635f6b696e64ae66\
+         756c6c5f617474656e74696f6e84a474797065ac426c6f636b52656d6f766564ac626c6f636b5f6861736865\
+         73910ba66d656469756da3475055a967726f75705f6964780081a474797065b0416c6c426c6f636b73436c65\
+         6172656400";
+
+    #[test]
+    fn the_map_payload_is_what_msgspec_writes_byte_for_byte() {
+        let mut written = decode_batch(&hex(MSGSPEC_ARRAY_BATCH)).unwrap();
+        assert_eq!(written.events.len(), 3);
+        // The same batch written by msgspec for the base model.
+        written.lora_names = vec![None; 3];
+        assert_eq!(
+            encode_batch(&written, EventFormat::Map),
+            hex(MSGSPEC_MAP_EVENTS)
+        );
+        // With the adapter's name, what msgspec wrote for it.
+        written.lora_names[0] = Some("sql-adapter".into());
+        assert_eq!(
+            encode_batch(&written, EventFormat::Map),
+            hex(MSGSPEC_ARRAY_BATCH)
+        );
     }
 }
