@@ -60,7 +60,7 @@ async fn main() -> Result<()> {
             let [_, seq, payload] = reply.as_slice() else {
                 bail!("replay reply with {} frames, expected 3", reply.len());
             };
-            if read_seq(&seq) == Some(END_OF_REPLAY) {
+            if read_seq(seq) == Some(END_OF_REPLAY) {
                 println!("end of replay");
                 return Ok(());
             }
