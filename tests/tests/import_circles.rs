@@ -21,7 +21,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The crates checked, by their `src` folder relative to the workspace root.
-const CRATES: &[&str] = &["gateway/src", "mock-engine/src", "loadgen/src"];
+const CRATES: &[&str] = &[
+    "gateway/src",
+    "mock-engine/src",
+    "loadgen/src",
+    "router-core/src",
+];
 
 /// A module path: `["replicas", "health"]`; the crate root is empty.
 type Module = Vec<String>;
