@@ -336,8 +336,13 @@ fn main() -> Result<()> {
                     println!();
                     print!("{}", report::render_operations_side_by_side(&ours, &base));
                 }
-                if charts.is_some() {
-                    eprintln!("charts are drawn for matrix results only; none written");
+                let events = report::render_events_table(&ours);
+                if !events.is_empty() {
+                    println!("\nCluster events (phase seconds):\n");
+                    print!("{events}");
+                }
+                if let Some(dir) = charts {
+                    write_charts(&dir, report::events_charts(&ours))?;
                 }
                 return Ok(());
             }
@@ -349,14 +354,7 @@ fn main() -> Result<()> {
                 print!("{}", report::render_side_by_side(&ours, base));
             }
             if let Some(dir) = charts {
-                std::fs::create_dir_all(&dir)
-                    .with_context(|| format!("creating chart directory {}", dir.display()))?;
-                for (name, svg) in report::charts(&ours, base.as_ref()) {
-                    let path = dir.join(name);
-                    std::fs::write(&path, svg)
-                        .with_context(|| format!("writing {}", path.display()))?;
-                    eprintln!("wrote {}", path.display());
-                }
+                write_charts(&dir, report::charts(&ours, base.as_ref()))?;
             }
             Ok(())
         }
@@ -528,6 +526,21 @@ fn write_trace(file: &mut impl std::io::Write, lines: &[TraceLine]) -> std::io::
     for line in lines {
         serde_json::to_writer(&mut *file, line)?;
         file.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// Writes each `(file name, SVG)` into `dir` (created if missing).
+fn write_charts(dir: &std::path::Path, charts: Vec<(String, String)>) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating chart directory {}", dir.display()))?;
+    if charts.is_empty() {
+        eprintln!("no chart to draw for this result");
+    }
+    for (name, svg) in charts {
+        let path = dir.join(name);
+        std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
     }
     Ok(())
 }

@@ -162,6 +162,10 @@ async fn operations(
         Some(path) => {
             loadgen::result_file::write_result(path, &result)?;
             print!("{}", report::render_operations_table(&result));
+            let events = report::render_events_table(&result);
+            if !events.is_empty() {
+                print!("\nCluster events (phase seconds):\n\n{events}");
+            }
         }
         None => println!("{}", serde_json::to_string_pretty(&result)?),
     }

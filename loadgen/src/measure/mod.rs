@@ -2,6 +2,7 @@
 //! the seed's schema. Every metric is defined once, here (formulas in
 //! `docs/MEASUREMENT.md`); live and simulated runners feed the same records.
 
+pub mod cluster_events;
 pub mod counters;
 pub mod operations;
 pub mod operations_schema;
@@ -11,6 +12,10 @@ pub mod record;
 pub mod schema;
 pub mod schema_check;
 
+pub use cluster_events::{
+    AddedReplica, DrainObserved, DrainRecord, ReplicaSplit, ScaleUpRecord, drain_record,
+    replica_split, scale_up_record,
+};
 pub use counters::RoutingTally;
 pub use operations::{OperationsOutcome, TenantRecord, summarize_operations};
 pub use operations_schema::{

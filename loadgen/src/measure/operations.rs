@@ -124,6 +124,9 @@ pub fn summarize_operations(outcome: &OperationsOutcome, slo: &Slo) -> Operation
         started_relative_seconds: outcome.started_relative,
         finished_relative_seconds: outcome.started_relative + elapsed,
         tenants,
+        drain: None,
+        scale_up: None,
+        replica_split: None,
     }
 }
 

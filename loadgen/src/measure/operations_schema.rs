@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::cluster_events::{DrainRecord, ReplicaSplit, ScaleUpRecord};
 use super::schema::Quantiles;
 
 /// A whole operations run: the seed's top-level block plus its phases.
@@ -66,6 +67,15 @@ pub struct OperationsPhaseResult {
     pub started_relative_seconds: f64,
     pub finished_relative_seconds: f64,
     pub tenants: BTreeMap<String, TenantResult>,
+    /// The replica drained during the phase (ours; phases with `drain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainRecord>,
+    /// The replicas added during the phase (ours; phases with `scale_up`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_up: Option<ScaleUpRecord>,
+    /// Requests per replica over time (ours; phases with a cluster event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_split: Option<ReplicaSplit>,
 }
 
 /// One tenant of a phase.

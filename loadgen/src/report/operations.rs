@@ -2,7 +2,8 @@
 //! dropped arrivals, good, TTFT, TPOT, statuses) with a line per tenant under it, and the same
 //! beside a baseline (e.g. the operations seed), phases matched by name.
 //!
-//! Pure: result structs in, text out. Operations runs get no charts.
+//! Pure: result structs in, text out. Cluster events have their own table and charts
+//! (`super::cluster_events`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

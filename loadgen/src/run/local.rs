@@ -6,6 +6,7 @@
 //! runner reports engine time.
 
 use std::net::SocketAddr;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use gateway::config::BackendConfig;
@@ -22,9 +23,16 @@ use crate::workload::AdmissionSpec;
 /// A running local stack.
 #[derive(Debug)]
 pub struct LocalStack {
-    replicas: Vec<ReplicaHandle>,
+    /// Behind a lock so a phase's cluster events can take one out (a drain) or add one (a
+    /// scale-up) while the stack is shared; never held across an await.
+    replicas: Mutex<Vec<ReplicaHandle>>,
     gateway: GatewayHandle,
     target: LiveTarget,
+    /// What a replica added later runs.
+    options: LocalOptions,
+    /// Every replica name this stack has run, in start order (drained ones included), so an
+    /// added replica never reuses one.
+    ever: Mutex<Vec<String>>,
 }
 
 /// What to start.
@@ -58,21 +66,13 @@ impl LocalStack {
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut replicas = Vec::new();
         for (i, name) in options.names.iter().enumerate() {
-            let config = ReplicaConfig {
-                name: name.clone(),
-                listen: loopback,
-                model: options.model.clone(),
-                profile: options.profiles[i % options.profiles.len()].clone(),
-                time_scale: options.time_scale,
-                failures: FailurePlan::default(),
-            };
-            match spawn_replica(config).await {
+            match spawn_one(&options, name, i).await {
                 Ok(handle) => replicas.push(handle),
                 Err(e) => {
                     for r in replicas {
                         r.shutdown().await;
                     }
-                    return Err(format!("starting replica {name}: {e}"));
+                    return Err(e);
                 }
             }
         }
@@ -88,7 +88,7 @@ impl LocalStack {
                 })
                 .collect(),
             admission: gateway_admission(&options.admission),
-            routing: options.routing,
+            routing: options.routing.clone(),
             ..GatewayConfig::default()
         };
         let gateway = match gateway::start(config).await {
@@ -110,16 +110,18 @@ impl LocalStack {
                     base: r.url(),
                 })
                 .collect(),
-            model: options.model,
+            model: options.model.clone(),
             time_scale: options.time_scale,
             // A cold request can take minutes of engine time under queueing.
             request_limit: Duration::from_secs_f64((600.0 / options.time_scale).max(10.0)),
             slo: Slo::default(),
         };
         Ok(LocalStack {
-            replicas,
+            replicas: Mutex::new(replicas),
             gateway,
             target,
+            ever: Mutex::new(options.names.clone()),
+            options,
         })
     }
 
@@ -128,13 +130,90 @@ impl LocalStack {
         &self.target
     }
 
+    /// `http://IP:PORT` of the gateway's metrics listener, where its admin API is.
+    pub fn admin_base(&self) -> String {
+        format!("http://{}", self.gateway.metrics_addr())
+    }
+
+    /// The names of the replicas running now, in start order.
+    pub fn replica_names(&self) -> Vec<String> {
+        self.running().iter().map(|r| r.name().to_owned()).collect()
+    }
+
+    /// Requests the gateway counts as in flight, over all its replicas (0 once every
+    /// response has ended).
+    pub fn gateway_outstanding(&self) -> u64 {
+        self.gateway.total_outstanding()
+    }
+
+    /// Every replica name this stack has run, in start order.
+    pub fn names_ever(&self) -> Vec<String> {
+        self.ever
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Takes the replica named `name` out of the stack (to drain it); `None` if absent.
+    pub fn take_replica(&self, name: &str) -> Option<ReplicaHandle> {
+        let mut running = self.running();
+        let at = running.iter().position(|r| r.name() == name)?;
+        Some(running.remove(at))
+    }
+
+    /// Starts one more replica named `name` (the next profile in turn); its URL. The
+    /// gateway does not know it yet: that is the caller's (the admin API's) business.
+    pub async fn start_replica(&self, name: &str) -> Result<String, String> {
+        let index = {
+            let mut ever = self
+                .ever
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            ever.push(name.to_owned());
+            ever.len() - 1
+        };
+        let handle = spawn_one(&self.options, name, index).await?;
+        let url = handle.url();
+        self.running().push(handle);
+        Ok(url)
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, Vec<ReplicaHandle>> {
+        self.replicas
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Stops the gateway, then the replicas.
     pub async fn shutdown(self) {
         self.gateway.shutdown().await;
-        for r in self.replicas {
+        let replicas = self
+            .replicas
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for r in replicas {
             r.shutdown().await;
         }
     }
+}
+
+/// Starts replica `name` on loopback port 0 with profile `index` (modulo the list).
+async fn spawn_one(
+    options: &LocalOptions,
+    name: &str,
+    index: usize,
+) -> Result<ReplicaHandle, String> {
+    let config = ReplicaConfig {
+        name: name.to_owned(),
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        model: options.model.clone(),
+        profile: options.profiles[index % options.profiles.len()].clone(),
+        time_scale: options.time_scale,
+        failures: FailurePlan::default(),
+    };
+    spawn_replica(config)
+        .await
+        .map_err(|e| format!("starting replica {name}: {e}"))
 }
 
 /// The gateway's `[admission]` table for a phase's settings: each key the phase sets,

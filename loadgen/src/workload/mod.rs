@@ -12,6 +12,7 @@ pub mod admission;
 pub mod arrivals;
 pub mod blocks;
 pub mod chat;
+pub mod cluster_events;
 pub mod conversation;
 pub mod inter_arrival;
 pub mod length;

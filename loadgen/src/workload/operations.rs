@@ -5,9 +5,9 @@
 //! `inflight_cap` that drops arrivals over it) or closed loop (`concurrency` senders for a
 //! `duration`), sent as one tenant (`A`) or a round-robin mix of `tenants`, each with its own
 //! prompt size (`repeat`) and output. `replicas` and `admission` describe the local stack the
-//! phase needs (`loadgen operations --local`); `cluster_only` marks phases whose point is a
-//! cluster event this loadgen cannot cause (an autoscaler wave, a pod drain): they are skipped
-//! unless named with `--phases`. What is sent when lives in [`super::arrivals`]. No I/O beyond
+//! phase needs (`loadgen operations --local`), and `drain` / `scale_up` the cluster events it
+//! scripts there ([`super::cluster_events`]); `cluster_only` marks phases whose point is a
+//! cluster event this loadgen cannot cause: they are skipped unless named with `--phases`. What is sent when lives in [`super::arrivals`]. No I/O beyond
 //! [`Operations::load`] reading its file.
 
 use std::collections::BTreeMap;
@@ -18,6 +18,7 @@ use router_core::Strategy;
 use serde::Deserialize;
 
 use super::admission::AdmissionSpec;
+use super::cluster_events::{DrainDef, ScaleUpDef, validate_events};
 
 /// The operations file shipped in `config/operations.toml`, embedded so the binary runs
 /// anywhere.
@@ -108,6 +109,10 @@ pub struct PhaseDef {
     pub replicas: Option<usize>,
     /// Local mode: the gateway's admission settings for this phase ([`AdmissionSpec`]).
     pub admission: Option<AdmissionSpec>,
+    /// Local mode: a replica drained during the phase (`super::cluster_events`).
+    pub drain: Option<DrainDef>,
+    /// Local mode: replicas added during the phase (an autoscaler's decision, scripted).
+    pub scale_up: Option<ScaleUpDef>,
     /// Why the phase needs a real cluster; such phases run only when named by `--phases`.
     pub cluster_only: Option<String>,
     /// Free text for the reader of the file.
@@ -127,6 +132,17 @@ pub enum Load {
         concurrency: usize,
         duration: f64,
     },
+}
+
+impl Load {
+    /// The phase's length in engine seconds: the stages' sum (open loop) or the duration
+    /// during which requests start (closed loop).
+    pub fn span(&self) -> f64 {
+        match self {
+            Load::Open { stages, .. } => stages.iter().map(|s| s.duration).sum(),
+            Load::Closed { duration, .. } => *duration,
+        }
+    }
 }
 
 /// One tenant of a phase, resolved.
@@ -347,6 +363,7 @@ fn validate(def: &PhaseDef, seed: u64, tenant_header: &str) -> Result<Operations
     if def.replicas.is_some_and(|n| !(1..=64).contains(&n)) {
         return Err("replicas must be 1..=64".into());
     }
+    validate_events(def.drain.as_ref(), def.scale_up.as_ref(), load.span())?;
     if let Some(admission) = &def.admission
         && let Some(header) = &admission.tenant_header
         && header != tenant_header
@@ -367,13 +384,14 @@ fn validate(def: &PhaseDef, seed: u64, tenant_header: &str) -> Result<Operations
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::cluster_events::DrainKind;
 
     fn parse(text: &str) -> Result<Operations, OperationsError> {
         Operations::from_toml_str(text, "test")
     }
 
     #[test]
-    fn the_builtin_file_has_the_seed_phases_and_marks_the_cluster_ones() {
+    fn the_builtin_file_has_the_seed_phases_then_ours_with_their_cluster_events() {
         let ops = Operations::builtin().unwrap();
         let names: Vec<&str> = ops.phases.iter().map(|p| p.def.name.as_str()).collect();
         let seed: serde_json::Value =
@@ -384,18 +402,23 @@ mod tests {
             .iter()
             .map(|p| p["phase"].as_str().unwrap())
             .collect();
-        assert_eq!(names, seed_names);
+        assert_eq!(
+            names[..seed_names.len()],
+            seed_names[..],
+            "the seed's, in order"
+        );
+        assert_eq!(names[seed_names.len()..], ["scale-up", "scale-down"]);
         let default: Vec<String> = ops
             .select(&[])
             .unwrap()
             .into_iter()
             .map(|p| p.def.name)
             .collect();
-        assert!(
-            !default.iter().any(|n| n.starts_with("drain-")),
-            "{default:?}"
+        assert_eq!(
+            default.len(),
+            names.len(),
+            "no phase is cluster-only any more"
         );
-        assert!(default.contains(&"tenants-protected".to_owned()));
         let protected = &ops.phases[7];
         assert_eq!(protected.tenants.len(), 2);
         assert_eq!(
@@ -404,10 +427,30 @@ mod tests {
         );
         let admission = protected.def.admission.as_ref().unwrap();
         assert_eq!(admission.tenants["B"].max_in_flight, 2);
+        let drains: Vec<(DrainKind, f64)> = ops.phases[4..6]
+            .iter()
+            .map(|p| {
+                let drain = p.def.drain.as_ref().expect("a drain phase drains");
+                (drain.kind, drain.at)
+            })
+            .collect();
         assert_eq!(
-            ops.select(&["drain-native".into()]).unwrap()[0].def.name,
-            "drain-native"
+            drains,
+            [(DrainKind::Native, 60.0), (DrainKind::Graceful, 60.0)]
         );
+        let scale = ops.phases[13].def.scale_up.as_ref().expect("scale-up adds");
+        assert_eq!((scale.at, scale.add), (90.0, 1));
+        assert_eq!(
+            ops.phases[14].def.drain.as_ref().map(|d| d.kind),
+            Some(DrainKind::Graceful)
+        );
+    }
+
+    #[test]
+    fn a_drain_outside_the_phase_is_refused_naming_the_key() {
+        let text = "[[phase]]\nname = \"d\"\nrepeat = 1\noutput = 1\nconcurrency = 1\nduration = 10\ndrain = { at = 10, kind = \"native\" }\n";
+        let error = parse(text).unwrap_err().to_string();
+        assert!(error.contains("drain.at") && error.contains('d'), "{error}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! which stack a phase runs on and the whole run are [`stacks`]'s.
 
 pub mod drive;
+pub mod events;
 pub mod stacks;
 
 use std::sync::Arc;
@@ -16,15 +17,21 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use drive::{Driven, closed_loop, open_loop};
+use events::run_events;
 
 use crate::measure::{
     OperationsConfig, OperationsOutcome, OperationsPhaseResult, RequestRecord, StageConfig,
-    TenantConfig, TenantRecord, is_good, summarize_operations,
+    TenantConfig, TenantRecord, drain_record, is_good, replica_split, scale_up_record,
+    summarize_operations,
 };
 use crate::run::live::LiveTarget;
 use crate::run::live::progress::PhaseProgress;
 use crate::run::live::request::{HttpClient, PhaseClock, chat_body, stream_request_with_headers};
+use crate::run::local::LocalStack;
 use crate::workload::{AdmissionSpec, ArrivalProcess, Load, OperationsPhase};
+
+/// Buckets of a phase's per-replica split over time (`replica_split`).
+const SPLIT_BUCKETS: usize = 12;
 
 /// What the local stack of a phase was, for its `config` (`None` against a real gateway).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,14 +111,17 @@ impl OperationsRunner {
     }
 
     /// Runs one phase against `target`. `run_origin` is when the run's first phase started
-    /// (for `started_relative_seconds`); `stack` describes a local stack for the config.
+    /// (for `started_relative_seconds`); `stack` describes a local stack for the config, and
+    /// `local` is that stack, on which the phase's cluster events (drain, scale-up) happen
+    /// while the load runs. An event that cannot happen is the error.
     pub async fn run_phase(
         &self,
         phase: &OperationsPhase,
         target: &LiveTarget,
         run_origin: Instant,
         stack: Option<&StackShape>,
-    ) -> OperationsPhaseResult {
+        local: Option<&LocalStack>,
+    ) -> Result<OperationsPhaseResult, String> {
         // A short lead so the first send is not late by the time spent spawning.
         let origin = Instant::now() + Duration::from_millis(50);
         let clock = PhaseClock {
@@ -149,20 +159,35 @@ impl OperationsRunner {
                 }
             }
         };
-        let Driven { records, dropped } = match &phase.load {
-            Load::Open { inflight_cap, .. } => {
-                let arrivals = phase.arrivals();
-                self.progress.start(&phase.def.name, arrivals.len());
-                open_loop(&arrivals, *inflight_cap, clock, send).await
-            }
-            Load::Closed {
-                concurrency,
-                duration,
-            } => {
-                self.progress.start(&phase.def.name, 0);
-                closed_loop(*concurrency, *duration, clock, send).await
+        let load = async {
+            match &phase.load {
+                Load::Open { inflight_cap, .. } => {
+                    let arrivals = phase.arrivals();
+                    self.progress.start(&phase.def.name, arrivals.len());
+                    open_loop(&arrivals, *inflight_cap, clock, send).await
+                }
+                Load::Closed {
+                    concurrency,
+                    duration,
+                } => {
+                    self.progress.start(&phase.def.name, 0);
+                    closed_loop(*concurrency, *duration, clock, send).await
+                }
             }
         };
+        let (drain, scale_up) = (phase.def.drain.as_ref(), phase.def.scale_up.as_ref());
+        let events = async {
+            match local {
+                Some(stack) if drain.is_some() || scale_up.is_some() => {
+                    let limit = target.request_limit;
+                    let seen = run_events(drain, scale_up, stack, clock, &self.client, limit);
+                    Some(seen.await)
+                }
+                _ => None,
+            }
+        };
+        let (Driven { records, dropped }, seen) = tokio::join!(load, events);
+        let seen = seen.transpose()?;
         let lag = records
             .iter()
             .map(|r| r.dispatched - r.scheduled)
@@ -186,7 +211,16 @@ impl OperationsRunner {
             started_relative: origin.saturating_duration_since(run_origin).as_secs_f64()
                 * target.time_scale,
         };
-        summarize_operations(&outcome, &target.slo)
+        let mut result = summarize_operations(&outcome, &target.slo);
+        if let Some(seen) = seen {
+            let records = || outcome.records.iter().map(|t| &t.record);
+            result.drain = seen.drain.map(|observed| drain_record(observed, records()));
+            if !seen.added.is_empty() {
+                result.scale_up = Some(scale_up_record(&seen.added, records()));
+            }
+            result.replica_split = Some(replica_split(records(), phase.load.span(), SPLIT_BUCKETS));
+        }
+        Ok(result)
     }
 }
 

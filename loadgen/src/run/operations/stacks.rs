@@ -136,6 +136,13 @@ impl LocalStacks {
         }
     }
 
+    /// Stops the running stack, so the next phase gets a fresh one.
+    pub async fn retire(&mut self) {
+        if let Some((_, stack)) = self.current.take() {
+            stack.shutdown().await;
+        }
+    }
+
     /// Stops the running stack, if any.
     pub async fn shutdown(mut self) {
         if let Some((_, stack)) = self.current.take() {
@@ -172,14 +179,19 @@ pub async fn run_operations(
         let one = async {
             match &mut target {
                 OperationsTarget::Live(live) => {
-                    Ok(runner.run_phase(phase, live, run_origin, None).await)
+                    runner.run_phase(phase, live, run_origin, None, None).await
                 }
                 OperationsTarget::Local(stacks) => {
                     let shape = stacks.shape_for(phase, &ops.tenant_header);
                     let stack = stacks.for_shape(&shape).await?;
-                    Ok(runner
-                        .run_phase(phase, stack.target(), run_origin, Some(&shape))
-                        .await)
+                    let result = runner
+                        .run_phase(phase, stack.target(), run_origin, Some(&shape), Some(stack))
+                        .await;
+                    if phase.def.drain.is_some() || phase.def.scale_up.is_some() {
+                        // Its replica set changed: the next phase starts on a fresh stack.
+                        stacks.retire().await;
+                    }
+                    result
                 }
             }
         };
