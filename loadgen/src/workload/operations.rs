@@ -391,7 +391,7 @@ mod tests {
     }
 
     #[test]
-    fn the_builtin_file_has_the_seed_phases_then_ours_with_their_cluster_events() {
+    fn the_builtin_file_has_the_seed_phases_with_their_drains() {
         let ops = Operations::builtin().unwrap();
         let names: Vec<&str> = ops.phases.iter().map(|p| p.def.name.as_str()).collect();
         let seed: serde_json::Value =
@@ -402,12 +402,7 @@ mod tests {
             .iter()
             .map(|p| p["phase"].as_str().unwrap())
             .collect();
-        assert_eq!(
-            names[..seed_names.len()],
-            seed_names[..],
-            "the seed's, in order"
-        );
-        assert_eq!(names[seed_names.len()..], ["scale-up", "scale-down"]);
+        assert_eq!(names, seed_names);
         let default: Vec<String> = ops
             .select(&[])
             .unwrap()
@@ -438,11 +433,20 @@ mod tests {
             drains,
             [(DrainKind::Native, 60.0), (DrainKind::Graceful, 60.0)]
         );
-        let scale = ops.phases[13].def.scale_up.as_ref().expect("scale-up adds");
+    }
+
+    #[test]
+    fn the_scaling_file_scales_up_and_down() {
+        let text = include_str!("../../../config/operations-scaling.toml");
+        let ops = Operations::from_toml_str(text, "operations-scaling.toml").unwrap();
+        let names: Vec<&str> = ops.phases.iter().map(|p| p.def.name.as_str()).collect();
+        assert_eq!(names, ["scale-up", "scale-down"]);
+        let scale = ops.phases[0].def.scale_up.as_ref().expect("scale-up adds");
         assert_eq!((scale.at, scale.add), (90.0, 1));
+        let drain = ops.phases[1].def.drain.as_ref().expect("scale-down drains");
         assert_eq!(
-            ops.phases[14].def.drain.as_ref().map(|d| d.kind),
-            Some(DrainKind::Graceful)
+            (drain.kind, drain.replica.as_deref()),
+            (DrainKind::Graceful, None)
         );
     }
 

@@ -134,8 +134,29 @@ async fn kube_schema_accepts_every_object_the_chart_renders() {
     for kind in ["Deployment", "StatefulSet", "Service", "ConfigMap", "Role"] {
         assert!(kinds.contains(kind), "no {kind} among {kinds:?}");
     }
-    let stale = stale_skips(&seen);
+    // Skipped kinds the templates hold must be rendered by some case (the plain manifests'
+    // own, such as KEDA's ScaledObject, are checked by the plain-manifest test).
+    let templates = objects_under(&Path::new(DEPLOY).join("helm/prefixgate/templates"));
+    let stale: Vec<String> = stale_skips(&seen)
+        .into_iter()
+        .filter(|entry| {
+            templates
+                .iter()
+                .any(|o| entry.contains(&format!("{} {}", o.api_version, o.kind)))
+        })
+        .collect();
     assert!(stale.is_empty(), "no render holds {stale:?}");
+}
+
+/// The objects of every manifest under `dir`, as the files write them.
+fn objects_under(dir: &Path) -> Vec<Object> {
+    yaml_files(dir)
+        .iter()
+        .flat_map(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            objects_in(&text, &file.display().to_string())
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -242,15 +263,10 @@ async fn kube_schema_refuses_wrong_types_unknown_fields_and_unknown_kinds() {
 
 #[test]
 fn the_skip_list_names_kinds_the_chart_and_the_manifests_hold() {
-    let mut files = yaml_files(&Path::new(DEPLOY).join("kubernetes"));
-    files.extend(yaml_files(
+    let mut seen = objects_under(&Path::new(DEPLOY).join("kubernetes"));
+    seen.extend(objects_under(
         &Path::new(DEPLOY).join("helm/prefixgate/templates"),
     ));
-    let mut seen = Vec::new();
-    for file in &files {
-        let text = std::fs::read_to_string(file).unwrap();
-        seen.extend(objects_in(&text, &file.display().to_string()));
-    }
     let stale = stale_skips(&seen);
     assert!(stale.is_empty(), "nothing under deploy/ is a {stale:?}");
     for (_, _, reason) in SKIPPED {
