@@ -21,7 +21,8 @@ pub struct DrainRecord {
     pub replica: String,
     /// `native` or `graceful`.
     pub kind: String,
-    /// When it was told to leave: SIGTERM (native), or leaving the gateway's set (graceful).
+    /// When it was told to leave: SIGTERM (native), or the gateway's answer that it left the
+    /// routing set (graceful).
     pub signalled_s: f64,
     /// When its engine had stopped.
     pub exited_s: f64,
@@ -77,7 +78,9 @@ pub fn drain_record<'a>(
 #[serde(deny_unknown_fields)]
 pub struct AddedReplica {
     pub name: String,
-    /// When the gateway had it in its set (the admin API's answer).
+    /// When the gateway had it in its set (the admin API's answer; a request sent during
+    /// that call may reach it first, so the wait below can be a little negative: the send
+    /// latency, at most).
     pub ready_s: f64,
     /// When the first request it served was sent (`null` if none).
     pub first_request_s: Option<f64>,

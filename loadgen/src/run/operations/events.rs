@@ -82,14 +82,18 @@ async fn run_drain(
         .take_replica(&name)
         .ok_or_else(|| format!("drain.replica `{name}` is not one of {names:?}"))?;
     let grace = def.grace.map(|g| Duration::from_secs_f64(g / clock.scale));
-    let in_flight_at_signal = handle.in_flight();
-    let signalled_s = clock.now();
+    let mut in_flight_at_signal = handle.in_flight();
+    let mut signalled_s = clock.now();
     if def.kind == DrainKind::Graceful {
         let admin = format!("{}/admin/replicas/{name}", stack.admin_base());
         let (status, body) = admin_call(client, "POST", &format!("{admin}/drain"), None).await?;
         if !matches!(status, 200 | 202) {
             return Err(format!("admin drain of {name}: {status} {body}"));
         }
+        // Signalled when the gateway has answered: from then on it routes nothing there (a
+        // request sent during the call may still have been).
+        signalled_s = clock.now();
+        in_flight_at_signal = handle.in_flight();
         // Gone from the gateway's set once its last request has ended.
         let deadline = tokio::time::Instant::now() + limit;
         while admin_call(client, "GET", &admin, None).await?.0 != 404 {
