@@ -16,7 +16,8 @@
 //! - **Match** walks the request's hashes from the first block. Every candidate pod keeps its
 //!   longest leading run of held blocks; `pct = floor((i+1)·100 / n)` with `n` the number of
 //!   full blocks. A pod that stops matching keeps its earlier value and drops out; the walk
-//!   stops when no candidate holds the block. There is no minimum threshold.
+//!   stops when no candidate holds the block. There is no minimum threshold: a pod holding
+//!   one block of more than 100 matches at 0 %, and is still a matched pod.
 //!
 //! Concurrency: the blocks are split over up to 64 shards by the top bits of the block hash,
 //! each shard with its own lock, map and LRU list, so no lock covers the whole index and
@@ -115,31 +116,30 @@ impl PrefixIndex {
         self.ttl
     }
 
-    /// Per pod of `pods` (names, same order), the percentage of the request's full blocks
-    /// that the pod holds as a contiguous run from the first block; 0 when it holds none.
-    pub fn match_names(&self, model: &str, hashes: &[u64], pods: &[&str]) -> Vec<u8> {
-        let mut percents = vec![0u8; pods.len()];
+    /// Per pod of `pods` (names, same order), how many of the request's blocks the pod holds
+    /// as a contiguous run from the first block; 0 when it holds none. Any run of at least
+    /// one block is a match, even one whose percentage rounds down to 0 (one block of more
+    /// than 100): AIBrix keeps such a pod among its matched pods, with 0 %.
+    pub fn match_blocks(&self, model: &str, hashes: &[u64], pods: &[&str]) -> Vec<usize> {
+        let mut held = vec![0usize; pods.len()];
         if hashes.is_empty() || pods.is_empty() {
-            return percents;
+            return held;
         }
         let model = name_key(model);
         let keys: Vec<PodKey> = pods.iter().map(|name| name_key(name)).collect();
         let mut alive = vec![true; pods.len()];
-        let total = hashes.len();
         for (i, &hash) in hashes.iter().enumerate() {
             let shard = self.shard(hash);
             let Some(pods) = shard.pods(hash) else {
                 break;
             };
-            // Widened: (i + 1) · 100 overflows nothing in u64 and the quotient is ≤ 100.
-            let pct = ((i as u64 + 1) * 100 / total as u64) as u8;
             let mut any = false;
             for (j, key) in keys.iter().enumerate() {
                 if !alive[j] {
                     continue;
                 }
                 if pods.contains(&(model, *key)) {
-                    percents[j] = pct;
+                    held[j] = i + 1;
                     any = true;
                 } else {
                     alive[j] = false;
@@ -149,7 +149,17 @@ impl PrefixIndex {
                 break;
             }
         }
-        percents
+        held
+    }
+
+    /// Per pod of `pods` (names, same order), the percentage of the request's full blocks
+    /// that the pod holds as a contiguous run from the first block ([`match_percent`] of
+    /// [`match_blocks`](Self::match_blocks)); 0 when it holds none.
+    pub fn match_names(&self, model: &str, hashes: &[u64], pods: &[&str]) -> Vec<u8> {
+        self.match_blocks(model, hashes, pods)
+            .into_iter()
+            .map(|held| match_percent(held, hashes.len()))
+            .collect()
     }
 
     /// Records every block of a request for `pod`, refreshing LRU order and TTL.
@@ -247,6 +257,16 @@ impl PrefixIndex {
             (hash >> self.shard_shift) as usize
         }
     }
+}
+
+/// AIBrix's match percentage of `held` leading blocks of a `blocks`-block request:
+/// `floor(held · 100 / blocks)`, 0 for a request with no full block.
+pub fn match_percent(held: usize, blocks: usize) -> u8 {
+    if blocks == 0 {
+        return 0;
+    }
+    // Widened: held · 100 overflows nothing in u64, and held ≤ blocks keeps it ≤ 100.
+    (held.min(blocks) as u64 * 100 / blocks as u64) as u8
 }
 
 /// A shard's lock. Nothing inside a shard panics short of a bug; if one ever did, the shard

@@ -4,7 +4,10 @@
 //! 1. **Imbalance gate**: when max − min of the counts is strictly greater than
 //!    `imbalance_abs_count`, only the pods at the minimum are matched, and the decision
 //!    carries `imbalance` (`aibrix_prefix_cache_load_imbalance_total`).
-//! 2. **Match** the request's blocks against the index among those candidates.
+//! 2. **Match** the request's blocks against the index among those candidates. A pod that
+//!    holds the first block is matched, even at 0 % (one block of more than 100), as in
+//!    AIBrix (`hash.go` keeps it in the map with 0; `routeOriginal` tests
+//!    `len(matchedPods) > 0`).
 //! 3. If any pod matched: mean and **sample** standard deviation (n − 1) of the counts of
 //!    **all** ready pods; shuffle the matched pods, then stable-sort them by match % descending
 //!    and count ascending (so remaining ties are uniformly random); the first whose count is
@@ -33,6 +36,7 @@ use rand::seq::SliceRandom;
 use super::least_request::least_loaded_of;
 use super::{Choice, Policy, PolicyInput};
 use crate::decision::Selection;
+use crate::index::match_percent;
 
 /// `prefix-cache` with its two settings (AIBrix's environment names).
 #[derive(Debug, Clone, Copy)]
@@ -65,11 +69,16 @@ impl Policy for PrefixCache {
         let imbalance = gate.is_some();
         let candidates: Vec<usize> = gate.unwrap_or_else(|| (0..counts.len()).collect());
         let names: Vec<&str> = candidates.iter().map(|&i| input.pods[i].name).collect();
-        let percents = input.index.match_names(input.model, input.hashes, &names);
+        let held = input.index.match_blocks(input.model, input.hashes, &names);
+        // A pod holding the first block is matched whatever its percentage: AIBrix keeps
+        // one at 0 % (one block of more than 100) in `matchedPods`, so the request goes by
+        // the σ filter (`prefix_match`), not to the least-request fallback.
+        let blocks = input.hashes.len();
         let matched: Vec<(usize, u8)> = candidates
             .into_iter()
-            .zip(percents)
-            .filter(|&(_, pct)| pct > 0)
+            .zip(held)
+            .filter(|&(_, held)| held > 0)
+            .map(|(pod, held)| (pod, match_percent(held, blocks)))
             .collect();
         let percent_of = |pod: usize| {
             matched

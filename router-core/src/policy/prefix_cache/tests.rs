@@ -411,6 +411,38 @@ fn gate_restricts_matching_but_a_min_pod_that_matches_wins() {
     assert_eq!(decision.match_percent, Some(50));
 }
 
+/// AIBrix v0.7.0 keeps a pod whose match rounds down to 0 % (`hash.go`: one block of more
+/// than 100 is `1·100/n = 0`, stored in the map all the same) and routes by
+/// `len(matchedPods) > 0`: the holder of the first block wins by the σ filter (`prefix_match`,
+/// bucket "0") even though the other pod is less loaded, where a least-request fallback
+/// would pick the other pod.
+#[test]
+fn a_match_that_rounds_down_to_zero_percent_is_still_a_match() {
+    // 101 blocks of 4 bytes.
+    let text = "abcd".repeat(101);
+    for seed in 0..8 {
+        // A fresh index each time (a decision adds the blocks): p1 holds only the first.
+        let router = router(4, 16, 2);
+        let hashes = router.hashes(&text).unwrap();
+        assert_eq!(hashes.len(), 101);
+        router.index().add("m1", &hashes[..1], "p1", 0);
+        assert_eq!(router.index().match_names("m1", &hashes, &["p1"]), [0]);
+        assert_eq!(
+            router.index().match_blocks("m1", &hashes, &["p1", "p2"]),
+            [1, 0]
+        );
+        // p1 is busier (1 against 0), within mean + 2σ: only a match sends it there.
+        let pods = Pods::with_counts(&[1, 0]);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut guards = Vec::new();
+        let decision = route(&router, &pods, &text, &mut rng, &mut guards);
+        assert_eq!(decision.pod_name, "p1", "seed {seed}");
+        assert_eq!(decision.selection, Some(Selection::PrefixMatch));
+        assert_eq!(decision.match_percent, Some(0));
+        assert_eq!(decision.bucket().map(|b| b.as_str()), Some("0"));
+    }
+}
+
 #[test]
 fn short_prompts_and_empty_text_fall_back() {
     let router = router(128, 16, 2);
