@@ -11,6 +11,7 @@
 //! - [`replicas`]: the replica set (static, embedded, Kubernetes) and its health and engine
 //!   scrape;
 //! - [`kv_sync`]: engines' KV-cache events into the prefix index;
+//! - [`cluster`]: the gateways of a fleet sharing their decisions through Redis;
 //! - [`admit`]: admission (API keys, in-flight caps, tenant token rates);
 //! - [`config`]: the settings and how they are read.
 //!
@@ -22,6 +23,7 @@
 
 pub(crate) mod admit;
 pub(crate) mod clock;
+pub(crate) mod cluster;
 pub mod config;
 pub(crate) mod edge;
 pub(crate) mod kv_sync;

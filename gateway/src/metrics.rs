@@ -326,6 +326,11 @@ impl Metrics {
             .observe(latency.as_secs_f64());
     }
 
+    /// The registry, for parts that register their own families (cluster sharing).
+    pub fn registry(&self) -> &Registry {
+        &self.families.registry
+    }
+
     /// The `aibrix_kvcache_zmq_*` families, when KV-event sync is on.
     pub fn kv_sync(&self) -> Option<&KvSyncMetrics> {
         self.families.kv_sync.as_ref()

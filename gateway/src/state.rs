@@ -11,6 +11,7 @@ use router_core::Strategy;
 
 use crate::admit::Admission;
 use crate::clock::Clock;
+use crate::cluster::ClusterPublisher;
 use crate::metrics::Metrics;
 use crate::replicas::Replicas;
 use crate::upstream::UpstreamClient;
@@ -41,6 +42,8 @@ pub struct AppState {
     pub client: UpstreamClient,
     pub settings: RequestSettings,
     pub clock: Clock,
+    /// Publishes each decision to the other gateways (cluster sharing); `None` alone.
+    pub cluster: Option<ClusterPublisher>,
 }
 
 #[cfg(test)]
@@ -69,6 +72,7 @@ impl AppState {
                 engine_tokenize_timeout: None,
             },
             clock: Clock::new(),
+            cluster: None,
         }
     }
 }

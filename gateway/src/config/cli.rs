@@ -27,6 +27,11 @@ AIBrix environment variables (the [routing] table):
   AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR
   AIBRIX_PREFIX_CACHE_KV_EVENT_SYNC_ENABLED   true | false (the [kv_sync] table, --kv-sync)
 
+Cluster sharing (the [cluster] table):
+  PREFIXGATE_CLUSTER_URL                      redis://host:port (--cluster-url); none: off
+  PREFIXGATE_CLUSTER_NAME                     the fleet (--cluster-name) [default: default]
+  PREFIXGATE_CLUSTER_GATEWAY_ID               this gateway's id [default: host-xxxxxx]
+
 KV-event sync (the [kv_sync] table):
   PREFIXGATE_KV_SYNC_DATA_PARALLEL_SIZE       engine ranks per replica (vLLM's
                                               --data-parallel-size; events on port + rank)
@@ -146,6 +151,18 @@ pub struct Cli {
     /// (also AIBRIX_PREFIX_CACHE_KV_EVENT_SYNC_ENABLED=true).
     #[arg(long)]
     pub kv_sync: bool,
+    /// Share routing state with the other gateways of the fleet through this Redis server,
+    /// redis://[user:password@]host:port[/db] (also PREFIXGATE_CLUSTER_URL) [default: none].
+    #[arg(long, value_name = "URL")]
+    pub cluster_url: Option<String>,
+    /// The fleet: gateways share state with those of the same name (also
+    /// PREFIXGATE_CLUSTER_NAME) [default: default].
+    #[arg(long, value_name = "NAME")]
+    pub cluster_name: Option<String>,
+    /// This gateway's id among its peers (also PREFIXGATE_CLUSTER_GATEWAY_ID)
+    /// [default: the host name and a random suffix].
+    #[arg(long, value_name = "ID")]
+    pub cluster_gateway_id: Option<String>,
     /// Accepted API key for `authorization: Bearer KEY` (repeatable, or comma-separated in
     /// PREFIXGATE_API_KEYS; replaces the file's list). Without keys, no authentication.
     #[arg(
@@ -283,6 +300,7 @@ impl Cli {
             None => GatewayConfig::default(),
         };
         config.kv_sync.apply_env(&env)?;
+        config.cluster.apply_env(&env);
         config.routing.apply_env(&env)?;
         self.apply_flags(&mut config);
         config.validate()?;
@@ -352,6 +370,16 @@ impl Cli {
         }
         if let Some(token) = &self.admin_token {
             config.admin.token = Some(token.clone());
+        }
+        if self.cluster_url.is_some() {
+            config.cluster.url.clone_from(&self.cluster_url);
+        }
+        set(&mut config.cluster.name, &self.cluster_name);
+        if self.cluster_gateway_id.is_some() {
+            config
+                .cluster
+                .gateway_id
+                .clone_from(&self.cluster_gateway_id);
         }
         if !self.api_keys.is_empty() {
             config.admission.api_keys = self.api_keys.clone();

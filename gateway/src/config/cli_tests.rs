@@ -225,3 +225,33 @@ fn a_missing_config_file_is_named() {
         "{error}"
     );
 }
+
+#[test]
+fn cluster_flags_sit_over_the_environment() {
+    let env = |key: &str| match key {
+        "PREFIXGATE_CLUSTER_URL" => Some("redis://10.0.0.1:6379".to_owned()),
+        "PREFIXGATE_CLUSTER_NAME" => Some("fleet-env".to_owned()),
+        _ => None,
+    };
+    let config = parse(&[]).resolve(env).unwrap();
+    assert_eq!(config.cluster.url.as_deref(), Some("redis://10.0.0.1:6379"));
+    assert_eq!(config.cluster.name, "fleet-env");
+    let config = parse(&[
+        "--cluster-url",
+        "redis://10.0.0.2:6379",
+        "--cluster-name",
+        "fleet-flag",
+        "--cluster-gateway-id",
+        "gw-1",
+    ])
+    .resolve(env)
+    .unwrap();
+    assert_eq!(config.cluster.url.as_deref(), Some("redis://10.0.0.2:6379"));
+    assert_eq!(config.cluster.name, "fleet-flag");
+    assert_eq!(config.cluster.gateway_id.as_deref(), Some("gw-1"));
+    let error = parse(&["--cluster-url", "nats://10.0.0.3:4222"])
+        .resolve(|_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("cluster.url"), "{error}");
+}

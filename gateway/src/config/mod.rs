@@ -21,6 +21,7 @@ pub(crate) use error::invalid;
 
 use crate::admit::Admission;
 pub use crate::admit::{AdmissionConfig, TenantConfig};
+pub use crate::cluster::ClusterConfig;
 pub use crate::edge::tls::TlsConfig;
 pub use crate::kv_sync::config::KvSyncConfig;
 pub use crate::replicas::admin::AdminConfig;
@@ -58,6 +59,8 @@ pub struct GatewayConfig {
     pub kv_sync: KvSyncConfig,
     /// The runtime admin API on the metrics listener (`replicas::admin`).
     pub admin: AdminConfig,
+    /// Cluster sharing: the gateways of a fleet share routing state through Redis.
+    pub cluster: ClusterConfig,
 }
 
 impl Default for GatewayConfig {
@@ -79,6 +82,7 @@ impl Default for GatewayConfig {
             routing: RouterConfig::default(),
             kv_sync: KvSyncConfig::default(),
             admin: AdminConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -246,6 +250,7 @@ impl GatewayConfig {
         self.routing.validate()?;
         self.tls.validate()?;
         self.kv_sync.validate(self.routing.block_size)?;
+        self.cluster.validate()?;
         let positive = [
             ("max_body_bytes", self.max_body_bytes as u64),
             (
@@ -381,6 +386,14 @@ mod tests {
             }
         );
         assert!(config.routing.hf_tokenizer_path.is_some());
+        assert_eq!(
+            config.cluster,
+            crate::cluster::ClusterConfig {
+                url: Some("redis://127.0.0.1:6379".to_owned()),
+                gateway_id: Some("gw-a".to_owned()),
+                ..Default::default()
+            }
+        );
         assert_eq!(config.admission.tenants["B"].max_in_flight, 2);
         assert_eq!(config.admission.tenants["B"].tokens_per_second, Some(2000));
         assert_eq!(config.admission.tenants["B"].token_burst, Some(20000));

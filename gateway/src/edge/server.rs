@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 
 use crate::admit::Admission;
 use crate::clock::Clock;
+use crate::cluster::{self, ClusterError, ClusterHandles};
 use crate::config::{ConfigFileError, DiscoveryKind, GatewayConfig};
 use crate::edge::listener;
 use crate::edge::tls::TlsError;
@@ -55,6 +56,8 @@ pub enum StartError {
     Admission(String),
     #[error("cannot start embedded replicas: {0}")]
     Embedded(String),
+    #[error("cannot start cluster sharing: {0}")]
+    Cluster(#[from] ClusterError),
     #[error("cannot start Kubernetes discovery: {0}")]
     Discovery(String),
     #[error("invalid backend: {0}")]
@@ -137,6 +140,34 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     health::probe_all(&client, &replicas, &health_settings, &metrics).await;
 
     let clock = Clock::new();
+    // Cluster sharing connects in the background: a server that is down only delays sharing.
+    let cluster = if config.cluster.enabled() {
+        let cluster = cluster::spawn(
+            &config.cluster,
+            ClusterHandles {
+                router: Arc::clone(&router),
+                replicas: Arc::clone(&replicas),
+                clock,
+                engine_tokens: config.kv_sync.enabled,
+            },
+            metrics.registry(),
+        );
+        match cluster {
+            Ok(cluster) => {
+                background.extend(cluster.tasks);
+                Some(cluster.publisher)
+            }
+            Err(error) => {
+                for task in &background {
+                    task.abort();
+                }
+                embedded.shutdown().await;
+                return Err(StartError::Cluster(error));
+            }
+        }
+    } else {
+        None
+    };
     let state = Arc::new(AppState {
         admission,
         router: Arc::clone(&router),
@@ -156,6 +187,7 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
                 .then(|| config.kv_sync.tokenize_timeout()),
         },
         clock,
+        cluster,
     });
 
     let bind = |addr: SocketAddr| async move {

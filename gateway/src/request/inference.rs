@@ -147,6 +147,7 @@ async fn serve(
         },
     )
     .with_permit(permit)
+    .with_ticket(picked.ticket)
     .with_token_hold(tokens);
     let mut response = Response::new(Body::new(body));
     *response.status_mut() = upstream.status;

@@ -13,6 +13,7 @@ use http::HeaderMap;
 use router_core::text::{Endpoint, RoutingFields};
 use router_core::{Candidate, Decision, OutstandingGuard, RouteError, RouteRequest, Strategy};
 
+use crate::cluster::SharedTicket;
 use crate::replicas::Replica;
 use crate::request::error::GatewayError;
 use crate::request::headers::ROUTING_STRATEGY;
@@ -24,6 +25,9 @@ pub struct Picked {
     pub replica: Arc<Replica>,
     pub decision: Decision,
     pub guard: OutstandingGuard,
+    /// The request's messages to the other gateways (cluster sharing): its release goes
+    /// out when this drops, so it travels with the guard.
+    pub ticket: Option<SharedTicket>,
 }
 
 /// The strategy for a request: the header's (validated), else `default`.
@@ -110,10 +114,15 @@ pub fn pick(
             else {
                 return Err(GatewayError::NoReadyReplica(fields.model.clone()));
             };
+            let ticket = state
+                .cluster
+                .as_ref()
+                .map(|cluster| cluster.decided(&fields.model, &routed.decision, &routed.guard));
             Ok(Picked {
                 replica,
                 decision: routed.decision,
                 guard: routed.guard,
+                ticket,
             })
         }
         Err(RouteError::NoReadyPod(model)) => Err(GatewayError::NoReadyReplica(model)),

@@ -25,6 +25,7 @@ use router_core::OutstandingGuard;
 use tokio::time::{Instant, Sleep};
 
 use crate::admit::{AdmissionPermit, TokenHold};
+use crate::cluster::SharedTicket;
 use crate::metrics::Metrics;
 use crate::request::error::openai_error;
 
@@ -61,6 +62,8 @@ pub struct GuardedBody<B> {
     guard: Option<OutstandingGuard>,
     /// The request's place under the admission caps, given back with the guard.
     permit: Option<AdmissionPermit>,
+    /// The request's messages to the other gateways (cluster sharing): first byte, release.
+    ticket: Option<SharedTicket>,
     /// The tokens charged to the request's tenant: fed the body's frames to find `usage`,
     /// and settled when released with the guard.
     tokens: Option<TokenHold>,
@@ -92,6 +95,7 @@ impl<B> GuardedBody<B> {
             inner,
             guard: Some(guard),
             permit: None,
+            ticket: None,
             tokens: None,
             phase: Phase::Streaming,
             sse,
@@ -110,6 +114,13 @@ impl<B> GuardedBody<B> {
         self
     }
 
+    /// Holds the request's cluster ticket until the body ends, telling the other gateways
+    /// of its first byte and its release.
+    pub fn with_ticket(mut self, ticket: Option<SharedTicket>) -> Self {
+        self.ticket = ticket;
+        self
+    }
+
     /// Holds the tenant's token charge until the body ends, settling it to the `usage` the
     /// body reports.
     pub fn with_token_hold(mut self, tokens: Option<TokenHold>) -> Self {
@@ -120,6 +131,7 @@ impl<B> GuardedBody<B> {
     /// Releases the guard, the permit and the token charge and records the total time, once.
     fn finish(&mut self) {
         self.guard = None;
+        self.ticket = None;
         self.permit = None;
         self.tokens = None;
         if let Some(completion) = self.completion.take() {
@@ -203,6 +215,9 @@ where
                         // as pending prefill in the load view (`prefix-load` reads it).
                         if let Some(guard) = this.guard.as_mut() {
                             guard.first_token();
+                        }
+                        if let Some(ticket) = this.ticket.as_mut() {
+                            ticket.first_byte();
                         }
                         if let Some(c) = &this.completion {
                             c.metrics.observe_ttft(&c.pod, c.sent_at.elapsed());

@@ -18,6 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 pub mod kv_events;
+pub mod redis;
 
 /// The model the embedded mock engines serve.
 pub const MOCK_MODEL: &str = "mock-model";
