@@ -345,6 +345,22 @@ fn check_case(case: &str, rendered: &Rendered, gateway: &Gateway) {
                 "prefixgate-api-keys"
             );
         }
+        "cluster" => {
+            // Three replicas sharing through the given Redis, under the release's name.
+            assert_backends_are_the_engine_pods(rendered, gateway);
+            let deployment = rendered.object("Deployment", GATEWAY);
+            assert_eq!(deployment["spec"]["replicas"], 3);
+            assert_eq!(
+                config.cluster.url.as_deref(),
+                Some("redis://redis.prefixgate.svc.cluster.local:6379")
+            );
+            assert_eq!(config.cluster.name, GATEWAY);
+            assert_eq!(
+                config.cluster.gateway_id, None,
+                "each pod: its name + a suffix"
+            );
+            no_tls();
+        }
         "tls" => {
             assert_tls_from_secret(gateway, "prefixgate-tls");
             assert_eq!(config.embedded.time_scale, 10.0, "from extraArgs");
@@ -441,7 +457,7 @@ async fn helm_refuses_settings_that_cannot_work_with_a_message_naming_them() {
         kv_sync("kvSync.dataParallelSize=2,vllm.resources.limits.nvidia\\.com/gpu=2");
     let one_gpu = kv_sync("kvSync.dataParallelSize=2,kvSync.replayPort=5567");
     let mock = kv_sync("vllm.mock=true,kvSync.dataParallelSize=2,kvSync.replayPort=5567");
-    let refusals: [(&[&str], &str); 17] = [
+    let refusals: [(&[&str], &str); 18] = [
         (&[], "prefixgate has no replicas to route to"),
         (
             &["--set", "vllm.enabled=true,discovery.kind=consul"],
@@ -526,6 +542,10 @@ async fn helm_refuses_settings_that_cannot_work_with_a_message_naming_them() {
                 r#"vllm.extraArgs=["--data-parallel-size",2]"#,
             ],
             "vllm.extraArgs has \"--data-parallel-size\": with kvSync.enabled=true set kvSync.dataParallelSize instead",
+        ),
+        (
+            &["--set", "vllm.enabled=true,cluster.url=nats://nats:4222"],
+            "cluster.url \"nats://nats:4222\": prefixgate shares routing state through Redis",
         ),
     ];
     for (values, message) in refusals {
