@@ -10,8 +10,15 @@
 //! ```sh
 //! cargo run --release -p gateway --example plain_forwarder -- LISTEN_ADDR UPSTREAM_ADDR
 //! ```
+//!
+//! Given several upstreams it is the round-robin splitter in front of several gateways
+//! (docs/CLUSTER.md, "Live"): each request goes to the next upstream in turn, as a Service
+//! would spread requests (per request, not per connection, so a client's keep-alive pool does
+//! not pin it to one gateway).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context;
 use http::uri::{Authority, Scheme, Uri};
@@ -67,17 +74,18 @@ fn status(code: StatusCode) -> Answer {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: plain_forwarder LISTEN_ADDR UPSTREAM_ADDR";
+    let usage = "usage: plain_forwarder LISTEN_ADDR UPSTREAM_ADDR [UPSTREAM_ADDR...]";
     let listen: SocketAddr = args
         .next()
         .context(usage)?
         .parse()
         .context("LISTEN_ADDR must be HOST:PORT")?;
-    let upstream: Authority = args
-        .next()
-        .context(usage)?
-        .parse()
-        .context("UPSTREAM_ADDR must be HOST:PORT")?;
+    let upstreams: Vec<Authority> = args
+        .map(|arg| arg.parse().context("UPSTREAM_ADDR must be HOST:PORT"))
+        .collect::<anyhow::Result<_>>()?;
+    anyhow::ensure!(!upstreams.is_empty(), usage);
+    let upstreams: Arc<[Authority]> = upstreams.into();
+    let turn = Arc::new(AtomicUsize::new(0));
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     let client: Upstream = Client::builder(TokioExecutor::new()).build(connector);
@@ -89,10 +97,11 @@ async fn main() -> anyhow::Result<()> {
         let (tcp, _) = listener.accept().await.context("accept failed")?;
         tcp.set_nodelay(true)?;
         let client = client.clone();
-        let upstream = upstream.clone();
+        let (upstreams, turn) = (Arc::clone(&upstreams), Arc::clone(&turn));
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
-                forward(client.clone(), upstream.clone(), request)
+                let next = turn.fetch_add(1, Ordering::Relaxed) % upstreams.len();
+                forward(client.clone(), upstreams[next].clone(), request)
             });
             // A client that goes away mid-request is not this forwarder's concern.
             let _ = http1::Builder::new()
