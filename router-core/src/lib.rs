@@ -11,7 +11,8 @@
 //! - [`tokenize`]: text to the byte stream that is hashed (`character`, `tiktoken`, `hf`);
 //! - [`hash`]: chained XXH64 block hashes over that byte stream;
 //! - [`index`]: the prefix index (block hash → model → pods), LRU by add, TTL since add;
-//! - [`load`]: per-pod outstanding counts (with an RAII guard) and scraped engine stats;
+//! - [`load`]: per-pod outstanding counts, each request's lifecycle ([`InFlight`]: decided →
+//!   first byte → end, released exactly once), scraped engine stats and learned speeds;
 //! - [`families`]: the prompt families each pod serves lately (`prefix-load` places new
 //!   families by them);
 //! - [`policy`]: `random`, `least-request`, `prefix-cache` (AIBrix v0.7.0), and
@@ -40,7 +41,7 @@ pub mod tokenize;
 
 pub use config::{ConfigError, RouterConfig};
 pub use decision::{Decision, MatchBucket, Selection};
-pub use load::{Candidate, EngineStats, OutstandingGuard, PodLoad};
+pub use load::{Candidate, EngineStats, InFlight, PodLoad, Usage};
 pub use router::{RouteError, RouteRequest, Routed, Router};
 pub use strategy::Strategy;
 

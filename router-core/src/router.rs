@@ -15,7 +15,7 @@ use crate::index::PrefixIndex;
 use crate::kv_sync::{
     Applied, DEFAULT_MAX_ENGINE_BLOCKS, KvEvent, PodSync, SyncError, SyncSettings,
 };
-use crate::load::{Candidate, OutstandingGuard, PodLoad, RequestWork};
+use crate::load::{Candidate, InFlight, PodLoad, RequestWork};
 use crate::policy::prefix_load::uncached_blocks;
 use crate::policy::{LeastRequest, Policy, PolicyInput, PrefixCache, PrefixLoad, Random, Strategy};
 use crate::tokenize::{self, TokenizeError, Tokenizer};
@@ -36,7 +36,7 @@ pub struct RouteRequest<'a> {
 #[derive(Debug)]
 pub struct Routed {
     pub decision: Decision,
-    pub guard: OutstandingGuard,
+    pub guard: InFlight,
 }
 
 /// Why no pod could be chosen.
@@ -176,7 +176,7 @@ impl Router {
             return Err(RouteError::NoReadyPod(request.model.to_owned()));
         }
         if pods.len() == 1 {
-            let guard = pods[0].load.acquire();
+            let guard = pods[0].load.decide(RequestWork::default(), now);
             return Ok(Routed {
                 decision: Decision {
                     pod: 0,
@@ -214,12 +214,15 @@ impl Router {
         // The work signals `prefix-load` reads: the prompt's blocks, and those the chosen pod
         // is expected to prefill given its match.
         let blocks = hashes.len() as u64;
-        let guard = chosen.load.acquire_work(RequestWork {
-            blocks,
-            prefill_blocks: uncached_blocks(blocks, choice.match_percent.unwrap_or(0)),
-            shared_prefix: choice.shared_prefix,
-            copies_prefix: choice.selection == Some(crate::decision::Selection::CostModel),
-        });
+        let guard = chosen.load.decide(
+            RequestWork {
+                blocks,
+                prefill_blocks: uncached_blocks(blocks, choice.match_percent.unwrap_or(0)),
+                shared_prefix: choice.shared_prefix,
+                copies_prefix: choice.selection == Some(crate::decision::Selection::CostModel),
+            },
+            now,
+        );
         // Only prefix-aware strategies hash: the others leave `hashes` empty.
         self.record_placement(
             request.model,

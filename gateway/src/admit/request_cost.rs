@@ -10,7 +10,8 @@
 //! done only for requests of a tenant under a token limit.
 //!
 //! After: [`UsageScan`] watches the response bytes on their way to the client for the
-//! replica's `usage` (`"prompt_tokens":N`, `"completion_tokens":N`), the last block of a
+//! replica's `usage` (`"prompt_tokens":N`, `"completion_tokens":N`, and `"cached_tokens":N`
+//! for the router's lifecycle), the last block of a
 //! non-streamed body or the usage chunk of a stream sent with
 //! `stream_options.include_usage`. The numbers are matched as raw bytes, so a pattern inside
 //! generated text (where quotes are escaped) never matches; a usage block split across two
@@ -91,6 +92,8 @@ pub fn estimate(
 pub struct UsageScan {
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
+    /// `usage.prompt_tokens_details.cached_tokens` (vLLM with prefix caching reports it).
+    pub cached_tokens: Option<u64>,
 }
 
 impl UsageScan {
@@ -102,6 +105,19 @@ impl UsageScan {
         if let Some(n) = last_number_after(frame, b"\"completion_tokens\":") {
             self.completion_tokens = Some(n);
         }
+        if let Some(n) = last_number_after(frame, b"\"cached_tokens\":") {
+            self.cached_tokens = Some(n);
+        }
+    }
+
+    /// The usage as the router's load view takes it, when the prompt and completion counts
+    /// were both seen.
+    pub fn router_usage(&self) -> Option<router_core::Usage> {
+        Some(router_core::Usage {
+            prompt_tokens: self.prompt_tokens?,
+            cached_tokens: self.cached_tokens,
+            completion_tokens: self.completion_tokens?,
+        })
     }
 
     /// The tokens the request used, filling in unreported parts from `estimate`; `None`
@@ -237,5 +253,22 @@ mod tests {
             scan.completion_tokens, None,
             "an overflowing number is no number"
         );
+    }
+
+    #[test]
+    fn the_routers_usage_carries_the_cached_tokens_when_reported() {
+        let mut scan = UsageScan::default();
+        assert_eq!(scan.router_usage(), None);
+        scan.observe(br#"{"usage":{"prompt_tokens":5000,"completion_tokens":128,"prompt_tokens_details":null}}"#);
+        assert_eq!(
+            scan.router_usage(),
+            Some(router_core::Usage {
+                prompt_tokens: 5000,
+                cached_tokens: None,
+                completion_tokens: 128,
+            })
+        );
+        scan.observe(br#"{"usage":{"prompt_tokens":5000,"completion_tokens":128,"prompt_tokens_details":{"cached_tokens":4704}}}"#);
+        assert_eq!(scan.router_usage().unwrap().cached_tokens, Some(4704));
     }
 }

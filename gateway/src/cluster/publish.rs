@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use router_core::cluster::{Decided, PeerEvent, PeerMessage, WIRE_VERSION, encode};
-use router_core::{Decision, OutstandingGuard};
+use router_core::{Decision, InFlight};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -75,7 +75,7 @@ impl ClusterPublisher {
         &self,
         model: &str,
         decision: &Decision,
-        guard: &OutstandingGuard,
+        guard: &InFlight,
     ) -> SharedTicket {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let event = PeerEvent::Decided(Decided::new(

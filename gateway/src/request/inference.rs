@@ -144,6 +144,7 @@ async fn serve(
             metrics: state.metrics.clone(),
             pod,
             sent_at,
+            clock: state.clock,
         },
     )
     .with_permit(permit)

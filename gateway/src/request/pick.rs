@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use http::HeaderMap;
 use router_core::text::{Endpoint, RoutingFields};
-use router_core::{Candidate, Decision, OutstandingGuard, RouteError, RouteRequest, Strategy};
+use router_core::{Candidate, Decision, InFlight, RouteError, RouteRequest, Strategy};
 
 use crate::cluster::SharedTicket;
 use crate::replicas::Replica;
@@ -24,7 +24,7 @@ use crate::state::AppState;
 pub struct Picked {
     pub replica: Arc<Replica>,
     pub decision: Decision,
-    pub guard: OutstandingGuard,
+    pub guard: InFlight,
     /// The request's messages to the other gateways (cluster sharing): its release goes
     /// out when this drops, so it travels with the guard.
     pub ticket: Option<SharedTicket>,

@@ -2,7 +2,7 @@
 //!
 //! [`GuardedBody`] wraps the upstream response body and is handed to the server as the
 //! client's response body, so frames flow one at a time with the client's own backpressure
-//! (no task, no channel). It owns the request's [`OutstandingGuard`]: the guard is released
+//! (no task, no channel). It owns the request's [`InFlight`]: the guard is released
 //! when the upstream body ends, when it fails, or when the server drops the body because the
 //! client went away. Dropping the body also drops the upstream connection, which cancels the
 //! request on the replica. The admission permit and the tenant's token charge ride along
@@ -21,11 +21,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use router_core::OutstandingGuard;
+use router_core::InFlight;
 use tokio::time::{Instant, Sleep};
 
+use crate::admit::request_cost::UsageScan;
 use crate::admit::{AdmissionPermit, TokenHold};
 use crate::cluster::SharedTicket;
+use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::request::error::openai_error;
 
@@ -45,6 +47,8 @@ pub struct Completion {
     pub pod: String,
     /// When the request was sent upstream.
     pub sent_at: Instant,
+    /// The router's clock, for the request's lifecycle (first byte, end).
+    pub clock: Clock,
 }
 
 #[derive(Debug)]
@@ -59,7 +63,11 @@ enum Phase {
 #[derive(Debug)]
 pub struct GuardedBody<B> {
     inner: B,
-    guard: Option<OutstandingGuard>,
+    /// The request's lifecycle in the router's load view: first byte, then end (with the
+    /// replica's usage) or drop, which releases the pod.
+    guard: Option<InFlight>,
+    /// The replica's `usage` as the body reports it, for the lifecycle's end.
+    usage: UsageScan,
     /// The request's place under the admission caps, given back with the guard.
     permit: Option<AdmissionPermit>,
     /// The request's messages to the other gateways (cluster sharing): first byte, release.
@@ -86,7 +94,7 @@ pub struct GuardedBody<B> {
 impl<B> GuardedBody<B> {
     pub fn new(
         inner: B,
-        guard: OutstandingGuard,
+        guard: InFlight,
         sse: bool,
         idle: Duration,
         completion: Completion,
@@ -94,6 +102,7 @@ impl<B> GuardedBody<B> {
         GuardedBody {
             inner,
             guard: Some(guard),
+            usage: UsageScan::default(),
             permit: None,
             ticket: None,
             tokens: None,
@@ -129,8 +138,15 @@ impl<B> GuardedBody<B> {
     }
 
     /// Releases the guard, the permit and the token charge and records the total time, once.
-    fn finish(&mut self) {
-        self.guard = None;
+    /// `complete`: the body ended well, so the request's end (and its usage) is recorded in
+    /// the load view; after a failure the guard is only dropped.
+    fn finish(&mut self, complete: bool) {
+        if let Some(guard) = self.guard.take()
+            && complete
+            && let Some(c) = &self.completion
+        {
+            guard.end(c.clock.now_ms(), self.usage.router_usage());
+        }
         self.ticket = None;
         self.permit = None;
         self.tokens = None;
@@ -151,7 +167,7 @@ impl<B> GuardedBody<B> {
     /// Ends the stream after a failure: an SSE error tail, or a body error.
     fn fail(&mut self, error: StreamError) -> Poll<Option<Result<Frame<Bytes>, StreamError>>> {
         tracing::warn!(%error, "response stream failed");
-        self.finish();
+        self.finish(false);
         if !self.sse {
             self.phase = Phase::Done;
             return Poll::Ready(Some(Err(error)));
@@ -206,6 +222,7 @@ where
                     if !data.is_empty() {
                         this.at_event_boundary = data.ends_with(b"\n\n");
                     }
+                    this.usage.observe(data);
                     if let Some(tokens) = this.tokens.as_mut() {
                         tokens.observe(data);
                     }
@@ -213,8 +230,10 @@ where
                         this.first_frame_seen = true;
                         // The replica has prefilled this request: its blocks stop counting
                         // as pending prefill in the load view (`prefix-load` reads it).
-                        if let Some(guard) = this.guard.as_mut() {
-                            guard.first_token();
+                        if let Some(guard) = this.guard.as_mut()
+                            && let Some(c) = &this.completion
+                        {
+                            guard.first_byte(c.clock.now_ms());
                         }
                         if let Some(ticket) = this.ticket.as_mut() {
                             ticket.first_byte();
@@ -234,7 +253,7 @@ where
                 })
             }
             Poll::Ready(None) => {
-                this.finish();
+                this.finish(true);
                 this.phase = Phase::Done;
                 Poll::Ready(None)
             }
@@ -302,6 +321,7 @@ mod tests {
             metrics: Metrics::new().unwrap(),
             pod: "a".into(),
             sent_at: Instant::now(),
+            clock: Clock::new(),
         }
     }
 

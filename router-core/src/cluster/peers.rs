@@ -1,6 +1,6 @@
 //! [`PeerTable`]: the other gateways' requests in flight, as told by their messages.
 //!
-//! Each peer's routed requests are held as [`OutstandingGuard`]s on the pods' peer loads
+//! Each peer's routed requests are held as [`InFlight`]s on the pods' peer loads
 //! ([`PodLoad::peers_or_init`]), so a peer's request counts exactly as a local one does
 //! (outstanding, active blocks, pending prefill until its first byte, the prefix's count
 //! and copy mark), and letting go of it is dropping its guard. The rules:
@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use super::message::{Decided, PeerEvent, PeerMessage};
 use crate::Millis;
-use crate::load::{OutstandingGuard, PodLoad};
+use crate::load::{InFlight, PodLoad};
 use crate::router::Router;
 
 /// The other gateways' requests in flight (see the module docs).
@@ -42,7 +42,7 @@ struct Peer {
     last_heard: Millis,
     /// Its requests counted here, by its request id. `None`: the pod is not one of ours
     /// (yet), so only its blocks were recorded.
-    in_flight: HashMap<u64, Option<OutstandingGuard>>,
+    in_flight: HashMap<u64, Option<InFlight>>,
 }
 
 /// What applying one message did.
@@ -111,7 +111,7 @@ impl PeerTable {
             PeerEvent::Decided(decided) => peer.decided(decided, router, pod, now),
             PeerEvent::FirstByte { id } => match peer.in_flight.get_mut(id) {
                 Some(Some(guard)) => {
-                    guard.first_token();
+                    guard.first_byte(now);
                     Outcome::Applied
                 }
                 Some(None) => Outcome::Ignored(Ignored::UnknownPod),

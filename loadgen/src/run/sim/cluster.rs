@@ -6,7 +6,8 @@
 //! live runner writes. Routed requests hold the router's outstanding guard until their last
 //! token, as the gateway's response body does, so the counts the policies see behave as in
 //! the live path: the first token releases the request's pending prefill
-//! (`OutstandingGuard::first_token`), and each scrape tick publishes the engine's
+//! (`InFlight::first_byte`), the last ends it with the engine's usage (`InFlight::end`, which
+//! feeds the replica's learned speed), and each scrape tick publishes the engine's
 //! running/waiting/KV gauges to its `PodLoad`, as the gateway's engine scrape does. At equal
 //! times, tokens are processed before arrivals (a request that finishes at `t` is no longer
 //! outstanding for one that arrives at `t`).
@@ -27,8 +28,7 @@ use mock_engine::model::{EngineModel, EngineProfile, EngineRequest, FinishReason
 use rand::rngs::StdRng;
 use router_core::kv_sync::token_bytes;
 use router_core::{
-    Candidate, Decision, EngineStats, OutstandingGuard, PodLoad, RouteError, RouteRequest, Router,
-    Strategy,
+    Candidate, Decision, EngineStats, InFlight, PodLoad, RouteError, RouteRequest, Router, Strategy,
 };
 
 use super::kv_sync::{ClusterSync, KvSyncStats};
@@ -112,35 +112,50 @@ pub enum SimError {
     Priming(Option<u16>),
 }
 
-/// A submitted request's life as the gateway sees it, driven by the engine's tokens:
-/// decided (the router's outstanding guard, taken when it routed), first token (the
-/// request's pending prefill ends), end (the guard is released at the last token, as the
-/// gateway's response body releases it). The event loop touches a request's routing state
-/// only through [`InFlight::first_token`] and [`InFlight::end`]: the seam where router-core's
-/// own in-flight lifecycle type can take over.
-struct InFlight {
+/// A submitted request, as the event loop tracks it: where its record goes, its lifecycle in
+/// the router's load view (router-core's [`InFlight`], driven here by the engine's tokens as
+/// the gateway's response body drives it by bytes: first token, end with the engine's usage),
+/// and a chat's answer.
+struct Flight {
     /// Index into the `Served` list being filled.
     slot: usize,
     /// `None` for requests sent straight to an engine.
-    guard: Option<OutstandingGuard>,
+    routed: Option<InFlight>,
     /// A chat's answer as the engine streams it (its next turn carries it); `None` for
     /// other prompts, which nothing reads back.
     answer: Option<String>,
 }
 
-impl InFlight {
-    fn first_token(&mut self) {
-        // The gateway's response body ends the request's pending prefill at its first byte;
-        // the simulator's policies must see the same signal.
-        if let Some(guard) = self.guard.as_mut() {
-            guard.first_token();
+impl Flight {
+    /// The first token came at `now` (seconds): the request's pending prefill ends, as at the
+    /// gateway's first response byte.
+    fn first_token(&mut self, now: f64) {
+        if let Some(routed) = self.routed.as_mut() {
+            routed.first_byte(millis(now));
         }
     }
 
-    fn end(&mut self) {
-        // Releases the outstanding count exactly at the last token.
-        drop(self.guard.take());
+    /// The last token came at `now`: the request ends with the engine's usage and releases
+    /// its count exactly then.
+    fn end(&mut self, now: f64, usage: Option<router_core::Usage>) {
+        if let Some(routed) = self.routed.take() {
+            routed.end(millis(now), usage);
+        }
     }
+}
+
+/// A response's usage as the router's load view takes it.
+fn engine_usage(usage: Usage) -> router_core::Usage {
+    router_core::Usage {
+        prompt_tokens: u64::from(usage.prompt_tokens),
+        cached_tokens: usage.cached_tokens.map(u64::from),
+        completion_tokens: u64::from(usage.completion_tokens),
+    }
+}
+
+/// Virtual seconds as the router's milliseconds.
+fn millis(seconds: f64) -> u64 {
+    (seconds * 1000.0) as u64
 }
 
 /// N engines, their loads and a router, on one virtual clock.
@@ -250,7 +265,7 @@ impl SimCluster {
 
     /// Holds enough outstanding counts on every replica except `replica` that each has more
     /// than `replica` while the returned guards live.
-    fn load_all_above(&self, replica: usize) -> Result<Vec<OutstandingGuard>, SimError> {
+    fn load_all_above(&self, replica: usize) -> Result<Vec<InFlight>, SimError> {
         let floor = self
             .loads
             .get(replica)
@@ -329,7 +344,7 @@ impl SimCluster {
         arrivals.sort_by(|a, b| a.request.at.total_cmp(&b.request.at));
         let start = self.now;
         let mut served: Vec<Served> = Vec::with_capacity(arrivals.len());
-        let mut in_flight: HashMap<(usize, RequestId), InFlight> = HashMap::new();
+        let mut in_flight: HashMap<(usize, RequestId), Flight> = HashMap::new();
         let mut next_arrival = 0;
         let mut next_scrape = self.now;
         for _ in 0..MAX_EVENTS {
@@ -368,7 +383,7 @@ impl SimCluster {
                     let record = &mut entry.record;
                     if out.index == 0 {
                         record.first_content = Some(out.at);
-                        flight.first_token();
+                        flight.first_token(out.at);
                     }
                     record.last_token = Some(out.at);
                     record.usage = Some(Usage {
@@ -384,7 +399,11 @@ impl SimCluster {
                         if finish == FinishReason::Abort {
                             record.error = Some(ErrorClass::StreamBroken);
                         }
-                        flight.end();
+                        if finish == FinishReason::Abort {
+                            // A cut stream teaches nothing about the replica's speed.
+                            drop(flight.routed.take());
+                        }
+                        flight.end(out.at, record.usage.map(engine_usage));
                         let answer = flight.answer.take();
                         let slot = flight.slot;
                         in_flight.remove(&(engine, out.id));
@@ -442,7 +461,7 @@ impl SimCluster {
         &mut self,
         arrival: &Arrival,
         slot: usize,
-    ) -> Result<(Served, Option<(usize, RequestId, InFlight)>), SimError> {
+    ) -> Result<(Served, Option<(usize, RequestId, Flight)>), SimError> {
         let planned = &arrival.request;
         let mut record = RequestRecord::sent(planned.index, planned.family, planned.at, self.now);
         // A trace prompt's text is built here and dropped with this call. The router reads
@@ -509,9 +528,9 @@ impl SimCluster {
                     engine,
                     decision,
                 };
-                let flight = InFlight {
+                let flight = Flight {
                     slot,
-                    guard,
+                    routed: guard,
                     answer,
                 };
                 Ok((served, Some((engine, id, flight))))

@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use super::*;
 use crate::config::RouterConfig;
 use crate::decision::Decision;
-use crate::load::{Candidate, OutstandingGuard, PodLoad};
+use crate::load::{Candidate, InFlight, PodLoad};
 use crate::policy::Strategy;
 use crate::router::{RouteRequest, Router};
 
@@ -312,7 +312,7 @@ fn route(
     pods: &Pods,
     text: &str,
     rng: &mut StdRng,
-    guards: &mut Vec<OutstandingGuard>,
+    guards: &mut Vec<InFlight>,
 ) -> Decision {
     let routed = router
         .route(

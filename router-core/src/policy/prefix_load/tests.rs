@@ -7,7 +7,7 @@ use rand::rngs::StdRng;
 
 use super::*;
 use crate::index::PrefixIndex;
-use crate::load::{Candidate, OutstandingGuard, RequestWork};
+use crate::load::{Candidate, InFlight, RequestWork};
 use crate::policy::PolicyInput;
 
 const MODEL: &str = "m";
@@ -25,7 +25,7 @@ struct PodState {
 struct Cluster {
     names: Vec<String>,
     loads: Vec<Arc<PodLoad>>,
-    guards: Vec<OutstandingGuard>,
+    guards: Vec<InFlight>,
     index: PrefixIndex,
     weights: PrefixLoadConfig,
 }
@@ -44,7 +44,7 @@ impl Cluster {
                     copies_prefix: false,
                 });
                 if i >= state.pending {
-                    guard.first_token();
+                    guard.first_byte(0);
                 }
                 guards.push(guard);
             }
@@ -247,7 +247,7 @@ fn a_copy_in_progress_is_not_a_hit() {
         assert_eq!(choice.pod, 0, "the owner, not the pod still copying");
     }
     // Once the copy has answered, pod 1 holds the prefix for real and is the lighter one.
-    copy.first_token();
+    copy.first_byte(0);
     assert_eq!(cluster.loads[1].prefix_counts(hashes[39]).copying, 0);
     for seed in 0..20 {
         let choice = cluster.choose(&hashes, seed);

@@ -3,8 +3,10 @@
 //!
 //! Outstanding counts are incremented by the router as part of a decision (not after it, as
 //! AIBrix v0.7.0 does in its issue #2422 race) and decremented exactly once when the
-//! [`OutstandingGuard`] returned with the decision is dropped. The gateway keeps that guard in
-//! the response body, so stream end, upstream failure and client disconnect all release it.
+//! [`InFlight`] returned with the decision ends or is dropped. The gateway keeps it in the
+//! response body and the simulator beside its engine request, so stream end, upstream
+//! failure and client disconnect all release it; both drive its lifecycle (decided → first
+//! byte → end) the same way ([`in_flight`]).
 //!
 //! Besides the count, each pod carries two work signals that `prefix-load` reads, in blocks
 //! of the router's block size (the prompt's full blocks, as hashed):
@@ -12,7 +14,7 @@
 //!   count), a measure of the decode work and KV memory already placed there;
 //! - **pending prefill blocks**: the blocks each outstanding request was expected to prefill
 //!   (those not already held there, per the prefix index), released by
-//!   [`OutstandingGuard::first_token`] when the first response byte arrives, or with the
+//!   [`InFlight::first_byte`] when the first response byte arrives, or with the
 //!   count if it never does. This is Dynamo's "prefill blocks after overlap" as a live sum.
 //!
 //! Only prefix-aware strategies hash the prompt, so requests routed by `random` or
@@ -22,7 +24,14 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
+use crate::Millis;
 use crate::families::RecentFamilies;
+
+mod in_flight;
+mod speed;
+
+pub use in_flight::{InFlight, Usage};
+pub use speed::{Completed, MIN_PREFILL_BLOCKS, ReplicaSpeed};
 
 /// Engine statistics scraped from a replica's `/metrics` (`vllm:num_requests_running`,
 /// `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`).
@@ -35,7 +44,10 @@ pub struct EngineStats {
 }
 
 /// One pod's live load. Shared (`Arc`) between the replica set, in-flight guards and
-/// policies; every field is atomic so readers never lock.
+/// policies. The counts, work sums, engine statistics and speed estimates are atomics, read
+/// without a lock; the per-prefix counts ([`prefix_counts`](Self::prefix_counts)) and the
+/// recent families are each behind a mutex held for one map operation, which `prefix-load`
+/// takes once per pod per decision (docs/PERFORMANCE.md measures it).
 #[derive(Debug, Default)]
 pub struct PodLoad {
     outstanding: AtomicU64,
@@ -54,6 +66,8 @@ pub struct PodLoad {
     prefixes: Mutex<HashMap<u64, PrefixCounts>>,
     /// The prompt families routed here lately: the load this pod is committed to.
     families: RecentFamilies,
+    /// How fast this replica has been, learned from the requests it finished.
+    speed: ReplicaSpeed,
     /// The requests other gateways of the cluster have in flight here, held by
     /// [`crate::cluster::PeerTable`]; made on the first one (a lone gateway never has any).
     peers: OnceLock<Arc<PodLoad>>,
@@ -99,6 +113,7 @@ impl PodLoad {
             pending_prefill_blocks: AtomicU64::new(0),
             prefixes: Mutex::new(HashMap::new()),
             families: RecentFamilies::default(),
+            speed: ReplicaSpeed::default(),
             peers: OnceLock::new(),
         })
     }
@@ -116,15 +131,15 @@ impl PodLoad {
         self.outstanding.load(Ordering::Acquire)
     }
 
-    /// Counts one more request and returns the guard that will count it out. The guard
+    /// Counts one more request and returns its [`InFlight`], which will count it out. It
     /// carries the count seen just before this request.
-    pub fn acquire(self: &Arc<Self>) -> OutstandingGuard {
+    pub fn acquire(self: &Arc<Self>) -> InFlight {
         self.acquire_work(RequestWork::default())
     }
 
     /// [`acquire`](Self::acquire), also adding the request's work to the pod's active and
-    /// pending-prefill blocks; the guard takes them out again.
-    pub fn acquire_work(self: &Arc<Self>, work: RequestWork) -> OutstandingGuard {
+    /// pending-prefill blocks; the [`InFlight`] takes them out again.
+    pub fn acquire_work(self: &Arc<Self>, work: RequestWork) -> InFlight {
         let before = self.outstanding.fetch_add(1, Ordering::AcqRel);
         self.active_blocks.fetch_add(work.blocks, Ordering::AcqRel);
         self.pending_prefill_blocks
@@ -135,14 +150,13 @@ impl PodLoad {
             counts.outstanding += 1;
             counts.copying += u32::from(work.copies_prefix);
         }
-        OutstandingGuard {
-            load: Arc::clone(self),
-            at_selection: before,
-            blocks: work.blocks,
-            pending_prefill: work.prefill_blocks,
-            shared_prefix: work.shared_prefix,
-            copying: work.copies_prefix,
-        }
+        InFlight::new(Arc::clone(self), before, work)
+    }
+
+    /// [`acquire_work`](Self::acquire_work) for a request decided at `now`: its lifecycle
+    /// ([`InFlight::first_byte`], [`InFlight::end`]) measures from then.
+    pub fn decide(self: &Arc<Self>, work: RequestWork, now: Millis) -> InFlight {
+        self.acquire_work(work).decided_at(now)
     }
 
     /// This pod's requests sharing `prefix` (see [`RequestWork::shared_prefix`]).
@@ -159,6 +173,16 @@ impl PodLoad {
     /// strategies).
     pub fn families(&self) -> &RecentFamilies {
         &self.families
+    }
+
+    /// How fast this replica has been (learned from finished requests; [`speed`]).
+    pub fn speed(&self) -> &ReplicaSpeed {
+        &self.speed
+    }
+
+    /// Learns from a request that finished here (its lifecycle's end).
+    pub fn observe(&self, done: &Completed) {
+        self.speed.observe(done);
     }
 
     /// Prompt blocks of the requests outstanding here.
@@ -211,75 +235,6 @@ impl PodLoad {
     }
 }
 
-/// Holds one outstanding request against a pod; dropping it releases the count exactly once.
-#[derive(Debug)]
-#[must_use = "dropping the guard immediately releases the outstanding count"]
-pub struct OutstandingGuard {
-    load: Arc<PodLoad>,
-    at_selection: u64,
-    blocks: u64,
-    /// Pending-prefill blocks still held (0 once released).
-    pending_prefill: u64,
-    shared_prefix: Option<u64>,
-    /// Still counted as copying its shared prefix here (until the first byte).
-    copying: bool,
-}
-
-impl OutstandingGuard {
-    /// The pod's outstanding count just before this request was counted.
-    pub fn at_selection(&self) -> u64 {
-        self.at_selection
-    }
-
-    /// The work this request holds on its pod: its blocks, and until its first byte its
-    /// pending prefill and copy mark. What a gateway tells its peers when it decides.
-    pub fn work(&self) -> RequestWork {
-        RequestWork {
-            blocks: self.blocks,
-            prefill_blocks: self.pending_prefill,
-            shared_prefix: self.shared_prefix,
-            copies_prefix: self.copying,
-        }
-    }
-
-    /// The first response byte arrived: the pod has prefilled this request, so its blocks
-    /// stop counting as pending prefill. Idempotent; the outstanding count and active
-    /// blocks stay until the guard drops.
-    pub fn first_token(&mut self) {
-        let pending = std::mem::take(&mut self.pending_prefill);
-        if pending > 0 {
-            self.load
-                .pending_prefill_blocks
-                .fetch_sub(pending, Ordering::AcqRel);
-        }
-        if std::mem::take(&mut self.copying)
-            && let Some(prefix) = self.shared_prefix
-            && let Some(counts) = self.load.prefixes().get_mut(&prefix)
-        {
-            counts.copying = counts.copying.saturating_sub(1);
-        }
-    }
-}
-
-impl Drop for OutstandingGuard {
-    fn drop(&mut self) {
-        self.first_token();
-        self.load
-            .active_blocks
-            .fetch_sub(self.blocks, Ordering::AcqRel);
-        if let Some(prefix) = self.shared_prefix {
-            let mut prefixes = self.load.prefixes();
-            if let Some(counts) = prefixes.get_mut(&prefix) {
-                counts.outstanding = counts.outstanding.saturating_sub(1);
-                if counts.outstanding == 0 {
-                    prefixes.remove(&prefix);
-                }
-            }
-        }
-        self.load.outstanding.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// A ready pod as a policy sees it: its name and its live load.
 #[derive(Debug, Clone, Copy)]
 pub struct Candidate<'a> {
@@ -319,8 +274,8 @@ mod tests {
             (load.active_blocks(), load.pending_prefill_blocks()),
             (80, 60)
         );
-        a.first_token();
-        a.first_token();
+        a.first_byte(0);
+        a.first_byte(0);
         assert_eq!(
             (load.active_blocks(), load.pending_prefill_blocks()),
             (80, 30)
@@ -360,8 +315,8 @@ mod tests {
         };
         assert_eq!(load.prefix_counts(7), counts(2, 1));
         assert_eq!(load.prefix_counts(8), counts(0, 0));
-        copy.first_token();
-        copy.first_token();
+        copy.first_byte(0);
+        copy.first_byte(0);
         assert_eq!(load.prefix_counts(7), counts(2, 0));
         drop(hit);
         drop(other);

@@ -1,0 +1,199 @@
+//! How fast a replica is, learned online from the requests it finished: the per-replica speed
+//! estimates of the load view, kept beside the outstanding counts so every policy and every
+//! runner (gateway, simulator) reads the same numbers.
+//!
+//! Two estimates, each from what a request's lifecycle ([`super::InFlight`]) observed:
+//! - **prefill**: milliseconds to first byte per block the request had to prefill there
+//!   (its uncached blocks: the engine's `cached_tokens` when the response reported them,
+//!   else the router's prediction), from requests with at least [`MIN_PREFILL_BLOCKS`] to
+//!   prefill, so that fixed per-request overhead does not dominate;
+//! - **decode**: milliseconds per output token after the first (inter-token time), from
+//!   requests with at least two.
+//!
+//! Both are **low quantiles**, not means: waiting in a queue only ever makes a request
+//! slower than the replica is, so an observation below the estimate pulls it down by half
+//! the gap and one above pushes it up by 1/32 of it (an asymmetric average settles near the
+//! 6th percentile of what it sees). A busy replica therefore still reads as fast as it is,
+//! and a replica that really slows down (another model version, thermal limits) is followed
+//! within a few dozen requests. Lock-free: each estimate is an `f64` in an atomic, and an
+//! update that races another may be lost, which only delays the estimate by one request.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::in_flight::Usage;
+use crate::Millis;
+
+/// Requests that had fewer blocks than this to prefill do not teach the prefill estimate.
+pub const MIN_PREFILL_BLOCKS: u64 = 8;
+
+/// Step towards an observation below the estimate.
+const DOWN: f64 = 0.5;
+/// Step towards an observation above it.
+const UP: f64 = 1.0 / 32.0;
+
+/// What a finished request took on its pod (from its lifecycle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completed {
+    /// The request's full prompt blocks.
+    pub blocks: u64,
+    /// The blocks the router expected the pod to prefill (not cached there).
+    pub prefill_blocks: u64,
+    /// Decided → first byte.
+    pub ttft: Millis,
+    /// First byte → last byte.
+    pub decode: Millis,
+    pub usage: Option<Usage>,
+}
+
+impl Completed {
+    /// The blocks the pod really prefilled: the prompt's share the engine did not find
+    /// cached, when it said (`cached_tokens`), else the router's expectation.
+    pub fn uncached_blocks(&self) -> u64 {
+        match self.usage {
+            Some(Usage {
+                prompt_tokens,
+                cached_tokens: Some(cached),
+                ..
+            }) if prompt_tokens > 0 => {
+                let uncached = prompt_tokens.saturating_sub(cached);
+                // Rounded up: a request that prefilled anything prefilled at least a block.
+                (u128::from(self.blocks) * u128::from(uncached)).div_ceil(u128::from(prompt_tokens))
+                    as u64
+            }
+            _ => self.prefill_blocks,
+        }
+    }
+}
+
+/// A replica's learned speed (see the module docs). `None` until it has seen a request.
+#[derive(Debug, Default)]
+pub struct ReplicaSpeed {
+    /// `f64` bits of milliseconds per prefilled block; 0 = not learned.
+    prefill_ms_per_block: AtomicU64,
+    /// `f64` bits of milliseconds per output token; 0 = not learned.
+    decode_ms_per_token: AtomicU64,
+}
+
+impl ReplicaSpeed {
+    /// Learns from one finished request.
+    pub fn observe(&self, done: &Completed) {
+        let uncached = done.uncached_blocks();
+        if uncached >= MIN_PREFILL_BLOCKS && done.ttft > 0 {
+            nudge(
+                &self.prefill_ms_per_block,
+                done.ttft as f64 / uncached as f64,
+            );
+        }
+        if let Some(usage) = done.usage
+            && usage.completion_tokens >= 2
+        {
+            let gaps = (usage.completion_tokens - 1) as f64;
+            nudge(&self.decode_ms_per_token, done.decode as f64 / gaps);
+        }
+    }
+
+    /// Milliseconds to prefill one block here, once learned.
+    pub fn prefill_ms_per_block(&self) -> Option<f64> {
+        read(&self.prefill_ms_per_block)
+    }
+
+    /// Milliseconds per output token here, once learned.
+    pub fn decode_ms_per_token(&self) -> Option<f64> {
+        read(&self.decode_ms_per_token)
+    }
+}
+
+fn read(cell: &AtomicU64) -> Option<f64> {
+    let value = f64::from_bits(cell.load(Ordering::Relaxed));
+    (value > 0.0).then_some(value)
+}
+
+/// Moves the estimate in `cell` towards `sample` (a low quantile, see the module docs).
+fn nudge(cell: &AtomicU64, sample: f64) {
+    if !(sample.is_finite() && sample > 0.0) {
+        return;
+    }
+    let next = match read(cell) {
+        None => sample,
+        Some(old) if sample < old => old + DOWN * (sample - old),
+        Some(old) => old + UP * (sample - old),
+    };
+    cell.store(next.to_bits(), Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(prefill_blocks: u64, ttft: Millis, decode: Millis, tokens: u64) -> Completed {
+        Completed {
+            blocks: prefill_blocks,
+            prefill_blocks,
+            ttft,
+            decode,
+            usage: Some(Usage {
+                prompt_tokens: 100,
+                cached_tokens: None,
+                completion_tokens: tokens,
+            }),
+        }
+    }
+
+    #[test]
+    fn nothing_is_known_until_a_request_teaches_it() {
+        let speed = ReplicaSpeed::default();
+        assert_eq!(speed.prefill_ms_per_block(), None);
+        assert_eq!(speed.decode_ms_per_token(), None);
+        // Too little prefill, a single token: nothing learned.
+        speed.observe(&done(2, 500, 0, 1));
+        assert_eq!(speed.prefill_ms_per_block(), None);
+        assert_eq!(speed.decode_ms_per_token(), None);
+        speed.observe(&done(100, 1000, 990, 100));
+        assert_eq!(speed.prefill_ms_per_block(), Some(10.0));
+        assert_eq!(speed.decode_ms_per_token(), Some(10.0));
+    }
+
+    #[test]
+    fn queueing_barely_moves_the_estimate_and_a_faster_request_pulls_it_down() {
+        let speed = ReplicaSpeed::default();
+        speed.observe(&done(100, 1000, 990, 100));
+        // Ten requests that waited in a queue (5x slower) move it by about a quarter of the
+        // gap (1 − (31/32)^10 ≈ 0.27).
+        for _ in 0..10 {
+            speed.observe(&done(100, 5000, 4950, 100));
+        }
+        let queued = speed.prefill_ms_per_block().unwrap();
+        assert!((20.0..22.0).contains(&queued), "{queued}");
+        // One request that did not wait brings it most of the way back.
+        speed.observe(&done(100, 1000, 990, 100));
+        speed.observe(&done(100, 1000, 990, 100));
+        assert!(speed.prefill_ms_per_block().unwrap() < 13.0);
+    }
+
+    #[test]
+    fn a_slower_replica_reads_slower() {
+        let (fast, slow) = (ReplicaSpeed::default(), ReplicaSpeed::default());
+        for _ in 0..20 {
+            fast.observe(&done(150, 1500, 6300, 128));
+            slow.observe(&done(150, 3000, 9450, 128));
+        }
+        let ratio = slow.prefill_ms_per_block().unwrap() / fast.prefill_ms_per_block().unwrap();
+        assert!((ratio - 2.0).abs() < 1e-9, "{ratio}");
+        let ratio = slow.decode_ms_per_token().unwrap() / fast.decode_ms_per_token().unwrap();
+        assert!((ratio - 1.5).abs() < 1e-9, "{ratio}");
+    }
+
+    #[test]
+    fn cached_tokens_say_what_was_really_prefilled() {
+        let mut hit = done(160, 300, 0, 1);
+        hit.usage = Some(Usage {
+            prompt_tokens: 5000,
+            cached_tokens: Some(4704),
+            completion_tokens: 1,
+        });
+        // The router expected 160 blocks; the engine had all but 296 of 5000 tokens.
+        assert_eq!(hit.uncached_blocks(), 10);
+        hit.usage = None;
+        assert_eq!(hit.uncached_blocks(), 160);
+    }
+}
