@@ -98,7 +98,9 @@ struct LocalArgs {
     /// Local mode: number of mock replicas (operations: for phases that do not say).
     #[arg(long, default_value_t = 2)]
     replicas: usize,
-    /// Local mode: engine time runs this many times faster than wall time.
+    /// Engine time runs this many times faster than wall time: local mode starts its mock
+    /// replicas so; against --gateway, give the scale the replicas run at (mock-engine
+    /// --time-scale) and times are reported in engine seconds (wall × scale).
     #[arg(long, default_value_t = 1.0)]
     time_scale: f64,
     /// Local mode: engine profile (a built-in name or a .toml path); a comma-separated list
@@ -300,6 +302,10 @@ fn main() -> Result<()> {
                     if endpoints.is_empty() {
                         bail!("give every replica as --replica NAME=URL (engine metrics are read from it)");
                     }
+                    let scale = local_args.time_scale;
+                    if !(scale.is_finite() && scale > 0.0) {
+                        bail!("--time-scale must be > 0, got {scale}");
+                    }
                     if !(request_timeout.is_finite() && request_timeout > 0.0) {
                         bail!("--request-timeout must be > 0 seconds");
                     }
@@ -308,7 +314,7 @@ fn main() -> Result<()> {
                         gateway_metrics,
                         replicas: endpoints,
                         model,
-                        time_scale: 1.0,
+                        time_scale: local_args.time_scale,
                         request_limit: Duration::from_secs_f64(request_timeout),
                         slo: Slo::default(),
                     };

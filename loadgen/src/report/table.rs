@@ -38,14 +38,29 @@ impl Cell<'_> {
     }
 }
 
-/// `45/51`: requests per replica, in replica-name order.
+/// `45/51`: requests per replica, in replica-name order, as the gateway's `target-pod` named
+/// them; `45/51 (engines)` from the engines' completed-request deltas when no request was
+/// named (a gateway without the header, such as the peer routers).
 pub fn replica_split(phase: &PhaseResult) -> String {
+    let named = phase.replicas.values().any(|r| r.requests > 0);
     let v: Vec<String> = phase
         .replicas
         .values()
-        .map(|r| r.requests.to_string())
+        .map(|r| {
+            if named {
+                r.requests.to_string()
+            } else {
+                format!("{:.0}", r.engine_completed)
+            }
+        })
         .collect();
-    v.join("/")
+    let split = v.join("/");
+    let engines = !named && phase.replicas.values().any(|r| r.engine_completed > 0.0);
+    if engines {
+        format!("{split} (engines)")
+    } else {
+        split
+    }
 }
 
 /// Groups phases by scenario × route, in order of first appearance by scenario then route.

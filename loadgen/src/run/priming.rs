@@ -118,6 +118,17 @@ pub async fn prime<C: PrimingCluster>(
                 if let Some(setup) = hot_setup(&prefixes, &owners, &names, families, attempt) {
                     return Ok(setup);
                 }
+                // Says why a router that keeps new prefixes together never balances.
+                let per_replica: Vec<String> = names
+                    .iter()
+                    .map(|n| format!("{n}: {}", owners.iter().filter(|o| *o == n).count()))
+                    .collect();
+                tracing::warn!(
+                    phase = %phase.name,
+                    attempt = attempt + 1,
+                    owners = %per_replica.join(", "),
+                    "hot priming: no balanced choice of families"
+                );
             }
             Err(PrimingError::NoBalancedSetup(phase.shape.max_setup_attempts).into())
         }

@@ -8,6 +8,7 @@
 //! never delays the next send. Times are engine seconds (wall × time scale) on a phase clock.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -82,7 +83,11 @@ impl LiveRunner {
 
     /// Runs one phase: priming, measured requests, scrapes.
     pub async fn run_phase(&self, phase: &PhaseSpec) -> Result<PhaseResult, LiveError> {
-        let setup = prime(&mut LivePrimer(self), phase).await?;
+        let mut primer = LivePrimer {
+            runner: self,
+            names_pods: None,
+        };
+        let setup = prime(&mut primer, phase).await?;
         let plan = phase.planned_requests(&setup.prefixes);
 
         let before = engine_counters(&self.client, &self.target.replicas)
@@ -254,7 +259,73 @@ impl LiveRunner {
 
 /// The live stack as the one priming routine sees it: direct requests go to a replica's own
 /// endpoint, routed ones through the gateway with the phase's route.
-struct LivePrimer<'a>(&'a LiveRunner);
+///
+/// A gateway that names no replica (no `target-pod` header: the peer routers set none) is
+/// answered from the engines' own counters: priming sends one request at a time, so the
+/// replica whose `vllm:request_success_total` rose across a routed priming request ran it.
+/// Counters are read around routed requests only until the gateway is seen to name replicas.
+struct LivePrimer<'a> {
+    runner: &'a LiveRunner,
+    /// Whether the gateway sets `target-pod`; `None` until a routed priming request says.
+    names_pods: Option<bool>,
+}
+
+/// Reads of the engines' counters after a routed priming request that named no replica,
+/// until one replica shows it (an engine may count a request a moment after its stream ends).
+const OWNER_READS: usize = 20;
+const OWNER_READ_GAP: Duration = Duration::from_millis(50);
+
+impl LivePrimer<'_> {
+    /// Sends one routed priming request; returns the replica that ran it.
+    async fn prime_routed(&mut self, text: &str, route: &str) -> Result<Option<String>, LiveError> {
+        let runner = self.runner;
+        let replicas = &runner.target.replicas;
+        let before = match self.names_pods {
+            Some(true) => None,
+            _ => Some(
+                engine_counters(&runner.client, replicas)
+                    .await
+                    .map_err(LiveError::Scrape)?,
+            ),
+        };
+        let record = runner
+            .prime_one(&runner.gateway_chat(), text, Some(route))
+            .await?;
+        if record.target_pod.is_some() {
+            self.names_pods = Some(true);
+            return Ok(record.target_pod);
+        }
+        self.names_pods = Some(false);
+        let Some(before) = before else {
+            return Ok(None);
+        };
+        for _ in 0..OWNER_READS {
+            let after = engine_counters(&runner.client, replicas)
+                .await
+                .map_err(LiveError::Scrape)?;
+            let ran: Vec<usize> = (0..replicas.len())
+                .filter(|&i| after[i].completed > before[i].completed)
+                .collect();
+            match ran.as_slice() {
+                [] => tokio::time::sleep(OWNER_READ_GAP).await,
+                [one] => return Ok(Some(replicas[*one].name.clone())),
+                more => {
+                    return Err(LiveError::Priming(format!(
+                        "the gateway names no replica (no target-pod header) and {} replicas \
+                         completed requests during one priming request; is other traffic \
+                         reaching them?",
+                        more.len()
+                    )));
+                }
+            }
+        }
+        Err(LiveError::Priming(
+            "the gateway names no replica (no target-pod header) and no replica's \
+             vllm:request_success_total rose for a priming request"
+                .into(),
+        ))
+    }
+}
 
 impl From<PrimingError> for LiveError {
     fn from(error: PrimingError) -> Self {
@@ -268,7 +339,7 @@ impl PrimingCluster for LivePrimer<'_> {
     type Error = LiveError;
 
     fn replica_names(&self) -> Vec<String> {
-        self.0.names()
+        self.runner.names()
     }
 
     async fn prime_one(
@@ -276,22 +347,19 @@ impl PrimingCluster for LivePrimer<'_> {
         text: String,
         route: PrimingRoute,
     ) -> Result<Option<String>, LiveError> {
-        let runner = self.0;
-        let record = match route {
+        let runner = self.runner;
+        match route {
             PrimingRoute::Direct(i) => {
                 let replica = runner.target.replicas.get(i).ok_or_else(|| {
                     LiveError::Priming(format!("replica {i} is not in the target"))
                 })?;
                 let url = format!("{}/v1/chat/completions", replica.base);
-                runner.prime_one(&url, &text, None).await?
+                Ok(runner.prime_one(&url, &text, None).await?.target_pod)
             }
             PrimingRoute::WarmOwner { route, .. } | PrimingRoute::HotCandidate { route } => {
-                runner
-                    .prime_one(&runner.gateway_chat(), &text, Some(route.as_str()))
-                    .await?
+                self.prime_routed(&text, route.as_str()).await
             }
-        };
-        Ok(record.target_pod)
+        }
     }
 }
 

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# The peer routers side by side, live: SGLang's router and the vLLM router (both `cache_aware`,
+# their defaults otherwise) and prefixgate, each in front of the same fresh mock replicas,
+# running the same matrix workload through `loadgen matrix --gateway`. Writes one result file
+# per router and a merged one, and prints the table (`loadgen report`). docs/LOADGEN.md,
+# "The peer routers side by side", has a measured table and what it means.
+#
+# The peers set no `target-pod` header: loadgen then learns priming owners and the replica
+# split from the engines' `vllm:request_success_total` counters.
+#
+# Usage: loadgen/peers/run.sh [options]
+#   --out-dir DIR        results (default /tmp/prefixgate-peers)
+#   --venv DIR           throwaway virtual environment for the peers (default /tmp/prefixgate-peers-venv)
+#   --routers LIST       comma-separated subset of prefixgate,sglang,vllm (default all three)
+#   --routes LIST        prefixgate's routes (default least-request,prefix-cache,prefix-load)
+#   --matrix FILE        the workload (default: loadgen's built-in config/matrix-24.toml)
+#   --count N            requests per phase (default: the matrix's)
+#   --replicas N         mock replicas (default 2)
+#   --profile NAME|PATH  engine profile (default l20-qwen27b-fp8)
+#   --time-scale S       engine time runs S times faster than wall time (default 1: real
+#                        time). The routers' own latency is multiplied by S too (a 40 ms
+#                        proxy delay reads as 0.4 s at S = 10), so keep S small
+#   --port-base P        first of the loopback ports used (default 18100)
+#   --sglang-version V   pip version of sglang-router (default 0.3.2)
+#   --vllm-version V     pip version of vllm-router (default 0.1.17)
+#   --debug              build loadgen, prefixgate and mock-engine in debug (default release:
+#                        the peers are release builds, and a debug gateway adds tens of ms
+#                        per request, which the time scale multiplies)
+set -euo pipefail
+
+OUT_DIR=/tmp/prefixgate-peers
+VENV=/tmp/prefixgate-peers-venv
+ROUTERS=prefixgate,sglang,vllm
+ROUTES=least-request,prefix-cache,prefix-load
+MATRIX=""
+COUNT=""
+REPLICAS=2
+PROFILE=l20-qwen27b-fp8
+TIME_SCALE=1
+PORT_BASE=18100
+SGLANG_VERSION=0.3.2
+VLLM_VERSION=0.1.17
+PROFILE_FLAG=release
+MODEL=mock-model
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --out-dir) OUT_DIR=$2; shift 2 ;;
+        --venv) VENV=$2; shift 2 ;;
+        --routers) ROUTERS=$2; shift 2 ;;
+        --routes) ROUTES=$2; shift 2 ;;
+        --matrix) MATRIX=$2; shift 2 ;;
+        --count) COUNT=$2; shift 2 ;;
+        --replicas) REPLICAS=$2; shift 2 ;;
+        --profile) PROFILE=$2; shift 2 ;;
+        --time-scale) TIME_SCALE=$2; shift 2 ;;
+        --port-base) PORT_BASE=$2; shift 2 ;;
+        --sglang-version) SGLANG_VERSION=$2; shift 2 ;;
+        --vllm-version) VLLM_VERSION=$2; shift 2 ;;
+        --debug) PROFILE_FLAG=dev; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+TARGET=${CARGO_TARGET_DIR:-$REPO/target}
+BIN=$TARGET/$([[ $PROFILE_FLAG == release ]] && echo release || echo debug)
+mkdir -p "$OUT_DIR"
+LOGS=$OUT_DIR/logs
+mkdir -p "$LOGS"
+
+# Processes this script started, stopped on exit whatever happens (by PID, never by name).
+PIDS=()
+stop_all() {
+    for pid in "${PIDS[@]:-}"; do
+        [[ -n $pid ]] && kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]:-}"; do
+        [[ -n $pid ]] && wait "$pid" 2>/dev/null || true
+    done
+    PIDS=()
+}
+trap stop_all EXIT INT TERM
+
+wait_http() { # URL SECONDS: until URL answers 2xx, or fail naming it
+    local url=$1 deadline=$((SECONDS + $2))
+    until curl -fs -o /dev/null --max-time 2 "$url"; do
+        if (( SECONDS >= deadline )); then
+            echo "run.sh: $url did not answer within $2 s (logs in $LOGS)" >&2
+            return 1
+        fi
+        sleep 0.5
+    done
+}
+
+echo "== building loadgen, prefixgate and mock-engine ($PROFILE_FLAG)" >&2
+cargo build --manifest-path "$REPO/Cargo.toml" --profile "$PROFILE_FLAG" \
+    -p loadgen -p gateway -p mock-engine >&2
+
+if [[ ,$ROUTERS, == *,sglang,* || ,$ROUTERS, == *,vllm,* ]]; then
+    if [[ ! -x $VENV/bin/pip ]]; then
+        echo "== creating $VENV" >&2
+        python3 -m venv "$VENV"
+    fi
+    echo "== pip install sglang-router==$SGLANG_VERSION vllm-router==$VLLM_VERSION" >&2
+    "$VENV/bin/pip" install --quiet "sglang-router==$SGLANG_VERSION" "vllm-router==$VLLM_VERSION" >&2
+fi
+
+# Replica names and ports, the same for every router.
+NAMES=()
+WORKERS=()
+REPLICA_ARGS=()
+for ((i = 0; i < REPLICAS; i++)); do
+    name="L20-$(printf "\\x$(printf %x $((65 + i)))")"
+    port=$((PORT_BASE + i))
+    NAMES+=("$name")
+    WORKERS+=("http://127.0.0.1:$port")
+    REPLICA_ARGS+=(--replica "$name=http://127.0.0.1:$port")
+done
+ROUTER_PORT=$((PORT_BASE + 50))
+METRICS_PORT=$((PORT_BASE + 51))
+NAMES_CSV=$(IFS=,; echo "${NAMES[*]}")
+
+start_replicas() { # fresh engines (empty caches) for each router
+    "$BIN/mock-engine" --replicas "$REPLICAS" --port-base "$PORT_BASE" --name "$NAMES_CSV" \
+        --profile "$PROFILE" --time-scale "$TIME_SCALE" --model "$MODEL" \
+        >"$LOGS/replicas-$1.log" 2>&1 &
+    PIDS+=($!)
+    for url in "${WORKERS[@]}"; do wait_http "$url/health" 60; done
+}
+
+start_router() { # NAME
+    case "$1" in
+        prefixgate)
+            local backends=()
+            for ((i = 0; i < REPLICAS; i++)); do backends+=(--backend "${NAMES[i]}=${WORKERS[i]}"); done
+            "$BIN/prefixgate" --listen "127.0.0.1:$ROUTER_PORT" \
+                --metrics-listen "127.0.0.1:$METRICS_PORT" "${backends[@]}" \
+                >"$LOGS/router-$1.log" 2>&1 &
+            ;;
+        sglang)
+            "$VENV/bin/python" -m sglang_router.launch_router --host 127.0.0.1 --port "$ROUTER_PORT" \
+                --worker-urls "${WORKERS[@]}" --policy cache_aware \
+                --prometheus-host 127.0.0.1 --prometheus-port "$METRICS_PORT" \
+                >"$LOGS/router-$1.log" 2>&1 &
+            ;;
+        vllm)
+            "$VENV/bin/vllm-router" --host 127.0.0.1 --port "$ROUTER_PORT" \
+                --worker-urls "${WORKERS[@]}" --policy cache_aware \
+                --prometheus-host 127.0.0.1 --prometheus-port "$METRICS_PORT" \
+                >"$LOGS/router-$1.log" 2>&1 &
+            ;;
+        *) echo "run.sh: unknown router $1 (prefixgate, sglang, vllm)" >&2; exit 2 ;;
+    esac
+    PIDS+=($!)
+    wait_http "http://127.0.0.1:$ROUTER_PORT/health" 120
+}
+
+MATRIX_ARGS=()
+[[ -n $MATRIX ]] && MATRIX_ARGS+=(--matrix "$MATRIX")
+[[ -n $COUNT ]] && MATRIX_ARGS+=(--count "$COUNT")
+
+RESULTS=()
+for router in ${ROUTERS//,/ }; do
+    echo "== $router" >&2
+    start_replicas "$router"
+    start_router "$router"
+    if [[ $router == prefixgate ]]; then
+        routes=$ROUTES
+        result=$OUT_DIR/$router.json
+    else
+        # The peers ignore the routing-strategy header: one pass with a placeholder route,
+        # renamed after the router when the results are merged.
+        routes=random
+        result=$OUT_DIR/$router.json:$router-cache_aware
+    fi
+    # A run that stops early (e.g. hot priming finds no balanced owners behind a router that
+    # keeps new prefixes together) still writes the phases done, marked incomplete.
+    if ! "$BIN/loadgen" matrix --gateway "http://127.0.0.1:$ROUTER_PORT" "${REPLICA_ARGS[@]}" \
+        --model "$MODEL" --time-scale "$TIME_SCALE" --routes "$routes" \
+        "${MATRIX_ARGS[@]}" --out "$OUT_DIR/$router.json" 2>"$LOGS/loadgen-$router.log"; then
+        echo "run.sh: $router stopped early: $(grep -m1 '^Error' "$LOGS/loadgen-$router.log")" >&2
+    fi
+    [[ -s $OUT_DIR/$router.json ]] && RESULTS+=("$result")
+    stop_all
+done
+
+python3 "$REPO/loadgen/peers/merge.py" "$OUT_DIR/all.json" "${RESULTS[@]}"
+"$BIN/loadgen" report "$OUT_DIR/all.json"
