@@ -71,12 +71,7 @@ pub struct SharedTicket {
 
 impl ClusterPublisher {
     /// Publishes the decision that `guard` holds and returns the request's ticket.
-    pub fn decided(
-        &self,
-        model: &str,
-        decision: &Decision,
-        guard: &InFlight,
-    ) -> SharedTicket {
+    pub fn decided(&self, model: &str, decision: &Decision, guard: &InFlight) -> SharedTicket {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let event = PeerEvent::Decided(Decided::new(
             id,

@@ -26,8 +26,8 @@ use tokio::time::{Instant, Sleep};
 
 use crate::admit::request_cost::UsageScan;
 use crate::admit::{AdmissionPermit, TokenHold};
-use crate::cluster::SharedTicket;
 use crate::clock::Clock;
+use crate::cluster::SharedTicket;
 use crate::metrics::Metrics;
 use crate::request::error::openai_error;
 
