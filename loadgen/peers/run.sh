@@ -23,6 +23,7 @@
 #   --port-base P        first of the loopback ports used (default 18100)
 #   --sglang-version V   pip version of sglang-router (default 0.3.2)
 #   --vllm-version V     pip version of vllm-router (default 0.1.17)
+#   --no-build           use the binaries already in the target directory
 #   --debug              build loadgen, prefixgate and mock-engine in debug (default release:
 #                        the peers are release builds, and a debug gateway adds tens of ms
 #                        per request, which the time scale multiplies)
@@ -41,6 +42,7 @@ PORT_BASE=18100
 SGLANG_VERSION=0.3.2
 VLLM_VERSION=0.1.17
 PROFILE_FLAG=release
+BUILD=1
 MODEL=mock-model
 
 while [[ $# -gt 0 ]]; do
@@ -58,6 +60,7 @@ while [[ $# -gt 0 ]]; do
         --sglang-version) SGLANG_VERSION=$2; shift 2 ;;
         --vllm-version) VLLM_VERSION=$2; shift 2 ;;
         --debug) PROFILE_FLAG=dev; shift ;;
+        --no-build) BUILD=0; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -94,9 +97,11 @@ wait_http() { # URL SECONDS: until URL answers 2xx, or fail naming it
     done
 }
 
-echo "== building loadgen, prefixgate and mock-engine ($PROFILE_FLAG)" >&2
-cargo build --manifest-path "$REPO/Cargo.toml" --profile "$PROFILE_FLAG" \
-    -p loadgen -p gateway -p mock-engine >&2
+if (( BUILD )); then
+    echo "== building loadgen, prefixgate and mock-engine ($PROFILE_FLAG)" >&2
+    cargo build --manifest-path "$REPO/Cargo.toml" --profile "$PROFILE_FLAG" \
+        -p loadgen -p gateway -p mock-engine >&2
+fi
 
 if [[ ,$ROUTERS, == *,sglang,* || ,$ROUTERS, == *,vllm,* ]]; then
     if [[ ! -x $VENV/bin/pip ]]; then
