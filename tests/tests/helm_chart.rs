@@ -344,6 +344,12 @@ fn check_case(case: &str, rendered: &Rendered, gateway: &Gateway) {
                 text(keys, "/valueFrom/secretKeyRef/name"),
                 "prefixgate-api-keys"
             );
+            let token = named(env, "name", "PREFIXGATE_ADMIN_TOKEN");
+            assert_eq!(
+                text(token, "/valueFrom/secretKeyRef/name"),
+                "prefixgate-admin-token"
+            );
+            assert_eq!(text(token, "/valueFrom/secretKeyRef/key"), "token");
         }
         "cluster" => {
             // Three replicas sharing through the given Redis, under the release's name.
@@ -457,7 +463,7 @@ async fn helm_refuses_settings_that_cannot_work_with_a_message_naming_them() {
         kv_sync("kvSync.dataParallelSize=2,vllm.resources.limits.nvidia\\.com/gpu=2");
     let one_gpu = kv_sync("kvSync.dataParallelSize=2,kvSync.replayPort=5567");
     let mock = kv_sync("vllm.mock=true,kvSync.dataParallelSize=2,kvSync.replayPort=5567");
-    let refusals: [(&[&str], &str); 18] = [
+    let refusals: [(&[&str], &str); 19] = [
         (&[], "prefixgate has no replicas to route to"),
         (
             &["--set", "vllm.enabled=true,discovery.kind=consul"],
@@ -499,6 +505,13 @@ async fn helm_refuses_settings_that_cannot_work_with_a_message_naming_them() {
                 "vllm.enabled=true,apiKeys.existingSecret=keys,apiKeys.secretKey=",
             ],
             "apiKeys.secretKey must name the key",
+        ),
+        (
+            &[
+                "--set",
+                "vllm.enabled=true,adminToken.existingSecret=t,adminToken.secretKey=",
+            ],
+            "adminToken.secretKey must name the key",
         ),
         (
             &[

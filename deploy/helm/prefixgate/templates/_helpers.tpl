@@ -154,6 +154,9 @@ with a message instead of being ignored.
 {{- if and .Values.apiKeys.existingSecret (not .Values.apiKeys.secretKey) }}
 {{- fail "apiKeys.secretKey must name the key of apiKeys.existingSecret that holds the comma-separated keys." }}
 {{- end }}
+{{- if and .Values.adminToken.existingSecret (not .Values.adminToken.secretKey) }}
+{{- fail "adminToken.secretKey must name the key of adminToken.existingSecret that holds the admin token." }}
+{{- end }}
 {{- include "prefixgate.validateKvSync" . }}
 {{- end }}
 
