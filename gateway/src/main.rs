@@ -8,12 +8,11 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
 use gateway::GatewayConfig;
 use gateway::config::cli::{Cli, Command, RouteReplayArgs};
 
 fn main() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+    let cli = Cli::parse_with_settings();
     let config = cli
         .resolve(|key| std::env::var(key).ok())
         .context("invalid configuration")?;
@@ -45,16 +44,21 @@ fn route_replay(config: GatewayConfig, args: &RouteReplayArgs) -> anyhow::Result
     })
 }
 
+/// The `log_level` setting (validated with the configuration), else `RUST_LOG`, else `info`.
+fn log_filter(setting: Option<&str>) -> tracing_subscriber::EnvFilter {
+    setting
+        .and_then(|filter| tracing_subscriber::EnvFilter::try_new(filter).ok())
+        .or_else(|| tracing_subscriber::EnvFilter::try_from_default_env().ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"))
+}
+
 #[tokio::main]
 async fn serve(config: GatewayConfig) -> anyhow::Result<()> {
     // Logs go to stderr, coloured only on a terminal, so redirected logs stay plain text.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(log_filter(config.log_level.as_deref()))
         .init();
     let grace = config.shutdown_grace();
     let mut signals =

@@ -13,11 +13,16 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-/// The binary with no AIBrix setting inherited from the environment running the tests.
+/// The binary with no routing setting inherited from the environment running the tests.
 fn prefixgate() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_prefixgate"));
     for name in router_core::config::ENV_NAMES {
         command.env_remove(name);
+    }
+    for (name, _) in std::env::vars() {
+        if name.starts_with("PREFIXGATE_ROUTING_") {
+            command.env_remove(name);
+        }
     }
     command
 }
@@ -190,8 +195,8 @@ fn the_same_seed_replays_the_same_decisions() {
     let replay = |seed: &str| {
         let output = prefixgate()
             .args([
-                "--block-size",
-                "4",
+                "--set",
+                "routing.block_size=4",
                 "route-replay",
                 "--seed",
                 seed,
@@ -222,10 +227,10 @@ fn router_flags_shape_the_hashes() {
         {
             let mut command = prefixgate();
             command.args([
-                "--block-size",
-                "4",
-                "--hash-seed",
-                "42",
+                "--set",
+                "routing.block_size=4",
+                "--set",
+                "routing.hash_seed=42",
                 "route-replay",
                 "--emit-hashes",
             ]);

@@ -21,10 +21,10 @@ async fn sigterm_drains_the_stream_in_flight_and_exits_zero() {
             "1",
             // The L20 profile at 2× takes about 30 ms per token, so the stream below is still
             // running when the signal arrives.
-            "--engine-profile",
-            "l20-qwen27b-fp8",
-            "--time-scale",
-            "2",
+            "--set",
+            "embedded.engine_profile=l20-qwen27b-fp8",
+            "--set",
+            "embedded.time_scale=2",
             "--listen",
             "127.0.0.1:0",
             "--metrics-listen",

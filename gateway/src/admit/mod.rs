@@ -22,7 +22,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dashmap::DashMap;
 use http::HeaderMap;
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use crate::metrics::Metrics;
 use crate::request::error::GatewayError;
@@ -39,7 +40,7 @@ use token_rate::TokenRates;
 const MAX_TENANT_LEN: usize = 128;
 
 /// The `[admission]` table.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdmissionConfig {
     /// Accepted API keys (`authorization: Bearer KEY`); empty means no authentication.
@@ -57,8 +58,8 @@ pub struct AdmissionConfig {
     pub retry_after_secs: u64,
     /// Tokens per second per tenant, for tenants without their own rate; 0 for no limit.
     pub tenant_tokens_per_second: u64,
-    /// Tokens a tenant may spend at once (and the largest request it may send); 0 for
-    /// [`DEFAULT_BURST_SECS`] seconds of its rate.
+    /// Tokens a tenant may spend at once (and the largest request it may send); 0 for 10
+    /// seconds of its rate (`DEFAULT_BURST_SECS`).
     pub tenant_token_burst: u64,
     /// Completion tokens charged for a request without `max_tokens` or
     /// `max_completion_tokens`.
@@ -82,7 +83,7 @@ impl Default for AdmissionConfig {
 }
 
 /// One tenant's limits.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TenantConfig {
     /// Requests in flight for this tenant at most; 0 for no cap.
@@ -91,8 +92,8 @@ pub struct TenantConfig {
     /// limit.
     #[serde(default)]
     pub tokens_per_second: Option<u64>,
-    /// This tenant's token burst; absent or 0 for [`DEFAULT_BURST_SECS`] seconds of its
-    /// rate (its own rate when it sets one, else the default burst).
+    /// This tenant's token burst; absent or 0 for 10 seconds of its rate
+    /// (`DEFAULT_BURST_SECS`; its own rate when it sets one, else the default burst).
     #[serde(default)]
     pub token_burst: Option<u64>,
 }

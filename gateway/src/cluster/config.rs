@@ -3,7 +3,7 @@
 //! ```toml
 //! [cluster]
 //! url = "redis://redis.prefixgate:6379"   # PREFIXGATE_CLUSTER_URL, --cluster-url
-//! name = "default"                        # PREFIXGATE_CLUSTER_NAME, --cluster-name
+//! name = "default"                        # PREFIXGATE_CLUSTER_NAME
 //! # gateway_id = "gw-a"                   # PREFIXGATE_CLUSTER_GATEWAY_ID; default host-xxxxxx
 //! ```
 //!
@@ -11,19 +11,13 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use crate::config::error::{ConfigFileError, invalid};
 
-/// `cluster.url` from the environment.
-pub const ENV_URL: &str = "PREFIXGATE_CLUSTER_URL";
-/// `cluster.name` from the environment.
-pub const ENV_NAME: &str = "PREFIXGATE_CLUSTER_NAME";
-/// `cluster.gateway_id` from the environment.
-pub const ENV_GATEWAY_ID: &str = "PREFIXGATE_CLUSTER_GATEWAY_ID";
-
 /// Cluster sharing settings.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
     /// The Redis server (`redis://[user:password@]host:port[/db]`); none: no sharing.
@@ -62,21 +56,6 @@ impl ClusterConfig {
     /// Whether a server is configured.
     pub fn enabled(&self) -> bool {
         self.url.is_some()
-    }
-
-    /// Applies `PREFIXGATE_CLUSTER_URL`, `_NAME` and `_GATEWAY_ID` when set (an empty URL
-    /// turns sharing off).
-    pub fn apply_env(&mut self, lookup: impl Fn(&str) -> Option<String>) {
-        if let Some(url) = lookup(ENV_URL) {
-            let url = url.trim();
-            self.url = (!url.is_empty()).then(|| url.to_owned());
-        }
-        if let Some(name) = lookup(ENV_NAME) {
-            self.name = name.trim().to_owned();
-        }
-        if let Some(id) = lookup(ENV_GATEWAY_ID) {
-            self.gateway_id = Some(id.trim().to_owned());
-        }
     }
 
     /// Checks the table (only when a URL is set).
@@ -200,24 +179,6 @@ mod tests {
         let config = ClusterConfig::default();
         assert!(!config.enabled());
         config.validate().unwrap();
-    }
-
-    #[test]
-    fn the_environment_sets_url_name_and_id() {
-        let mut config = ClusterConfig::default();
-        let env = |key: &str| match key {
-            ENV_URL => Some(" redis://10.0.0.9:6379 ".to_owned()),
-            ENV_NAME => Some("fleet-b".to_owned()),
-            ENV_GATEWAY_ID => Some("gw-1".to_owned()),
-            _ => None,
-        };
-        config.apply_env(env);
-        assert_eq!(config.url.as_deref(), Some("redis://10.0.0.9:6379"));
-        assert_eq!(config.stream_key(), "prefixgate:fleet-b:routing");
-        assert_eq!(config.gateway_id.as_deref(), Some("gw-1"));
-        config.validate().unwrap();
-        config.apply_env(|key| (key == ENV_URL).then(String::new));
-        assert!(!config.enabled(), "an empty URL turns sharing off");
     }
 
     #[test]

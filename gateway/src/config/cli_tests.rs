@@ -1,4 +1,5 @@
-//! Tests of the command line: parsing, help, and how flags override the config file.
+//! Tests of the command line: parsing, help, and how flags and `--set` override the config
+//! file and the environment.
 
 use clap::Parser;
 
@@ -35,8 +36,8 @@ fn flags_override_the_file() {
         "prefix-cache",
         "--backend",
         "a=http://127.0.0.1:1",
-        "--block-size",
-        "16",
+        "--set",
+        "routing.block_size=16",
     ]);
     let config = cli.resolve(|_| None).unwrap();
     assert_eq!(config.default_strategy, "prefix-cache");
@@ -56,9 +57,11 @@ fn aibrix_env_sits_between_file_and_flags() {
         "AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR" => Some("3".to_owned()),
         _ => None,
     };
-    let config = parse(&["--stddev-factor", "5"]).resolve(env).unwrap();
+    let config = parse(&["--set", "routing.stddev_factor=5"])
+        .resolve(env)
+        .unwrap();
     assert_eq!(config.routing.block_size, 4, "env over the default");
-    assert_eq!(config.routing.stddev_factor, 5, "flag over env");
+    assert_eq!(config.routing.stddev_factor, 5, "--set over env");
 
     let bad = |key: &str| (key == "AIBRIX_PREFIX_CACHE_BLOCK_SIZE").then(|| "big".to_owned());
     let error = parse(&[]).resolve(bad).unwrap_err().to_string();
@@ -73,28 +76,54 @@ fn bad_flags_are_refused_with_the_flag_named() {
         .resolve(|_| None)
         .unwrap_err();
     assert!(error.to_string().contains("default_strategy"), "{error}");
-    let error = Cli::try_parse_from(["prefixgate", "--tokenizer", "words"]).unwrap_err();
+    let error = parse(&["--default-strategy", "fastest"])
+        .resolve(|_| None)
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("from --default-strategy"),
+        "{error}"
+    );
+    let error = parse(&["--mock-engines", "two"])
+        .resolve(|_| None)
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("embedded.mock_engines from --mock-engines"),
+        "{error}"
+    );
+    let error = parse(&["--set", "routing.tokenizer=words"])
+        .resolve(|_| None)
+        .unwrap_err();
     assert!(error.to_string().contains("words"), "{error}");
-    let error = parse(&["--prefix-load-prefill-weight=-1"])
+    let error = parse(&["--set", "routing.prefix_load.prefill_weight=-1"])
         .resolve(|_| None)
         .unwrap_err();
     assert!(error.to_string().contains("prefill_weight"), "{error}");
-    let error = parse(&["--prefix-load-copy-weight=-1"])
+    let error = parse(&["--set", "routing.prefix_load.copy_weight=-1"])
         .resolve(|_| None)
         .unwrap_err();
     assert!(error.to_string().contains("copy_weight"), "{error}");
-    let config = parse(&["--prefix-load-copy-weight", "1.5"])
+    let config = parse(&["--set", "routing.prefix_load.copy_weight=1.5"])
         .resolve(|_| None)
         .unwrap();
     assert_eq!(config.routing.prefix_load.copy_weight, 1.5);
-    let error = parse(&["--time-scale", "0"]).resolve(|_| None).unwrap_err();
+    let error = parse(&["--set", "embedded.time_scale=0"])
+        .resolve(|_| None)
+        .unwrap_err();
     assert!(error.to_string().contains("time_scale"), "{error}");
 }
 
 #[test]
-fn help_lists_every_aibrix_variable() {
-    use clap::CommandFactory;
-    let help = Cli::command().render_help().to_string();
+fn help_lists_every_setting_and_every_aibrix_variable() {
+    let help = Cli::command_with_settings().render_long_help().to_string();
+    for setting in crate::config::settings::settings() {
+        assert!(
+            help.contains(&setting.key),
+            "{} missing from --help",
+            setting.key
+        );
+    }
     let prefix_load = router_core::policy::prefix_load::config::PREFIX_LOAD_ENV_NAMES;
     for name in router_core::config::ENV_NAMES
         .into_iter()
@@ -108,10 +137,10 @@ fn help_lists_every_aibrix_variable() {
 fn serving_stays_the_default_and_route_replay_takes_the_router_flags() {
     let serve = parse(&["--mock-engines", "2"]);
     assert!(serve.command.is_none());
-    assert_eq!(serve.mock_engines, Some(2));
+    assert_eq!(serve.mock_engines.as_deref(), Some("2"));
     let replay = parse(&[
-        "--block-size",
-        "4",
+        "--set",
+        "routing.block_size=4",
         "route-replay",
         "--trace",
         "t.jsonl",
@@ -139,18 +168,16 @@ fn serving_stays_the_default_and_route_replay_takes_the_router_flags() {
 }
 
 #[test]
-fn discovery_flags_override_the_file_and_bad_ones_are_named() {
+fn discovery_settings_are_set_and_bad_ones_are_named() {
     let config = parse(&[
-        "--discovery",
-        "kubernetes",
-        "--k8s-namespace",
-        "llm",
-        "--k8s-api-server",
-        "http://127.0.0.1:8001",
-        "--k8s-model",
-        "a",
-        "--k8s-model",
-        "b",
+        "--set",
+        "discovery.kind=kubernetes",
+        "--set",
+        "discovery.namespace=llm",
+        "--set",
+        "discovery.api_server=http://127.0.0.1:8001",
+        "--set",
+        "discovery.models=a,b",
     ])
     .resolve(|_| None)
     .unwrap();
@@ -162,56 +189,71 @@ fn discovery_flags_override_the_file_and_bad_ones_are_named() {
     );
     assert_eq!(config.discovery.models, ["a", "b"]);
 
-    let error = Cli::try_parse_from(["prefixgate", "--discovery", "dns"]).unwrap_err();
+    let error = parse(&["--set", "discovery.kind=dns"])
+        .resolve(|_| None)
+        .unwrap_err()
+        .to_string();
     assert!(
-        error.to_string().contains("--discovery") && error.to_string().contains("dns"),
+        error.contains("discovery.kind") && error.contains("dns"),
         "{error}"
     );
-    let error = parse(&["--discovery", "kubernetes", "--k8s-api-server", "ftp://x"])
-        .resolve(|_| None)
-        .unwrap_err();
+    let error = parse(&[
+        "--set",
+        "discovery.kind=kubernetes",
+        "--set",
+        "discovery.api_server=ftp://x",
+    ])
+    .resolve(|_| None)
+    .unwrap_err();
     assert!(error.to_string().contains("api_server"), "{error}");
-    let error = parse(&["--discovery", "kubernetes", "--mock-engines", "2"])
+    let error = parse(&["--set", "discovery.kind=kubernetes", "--mock-engines", "2"])
         .resolve(|_| None)
-        .unwrap_err();
-    assert!(error.to_string().contains("mock_engines"), "{error}");
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("mock_engines") && error.contains("discovery.kind from --set"),
+        "{error}"
+    );
 }
 
 #[test]
-fn token_rate_flags_override_the_file_and_are_in_help() {
+fn token_rate_settings_are_set_and_in_help() {
     let config = parse(&[
-        "--tenant-tokens-per-second",
-        "500",
-        "--tenant-token-burst",
-        "8000",
-        "--default-max-tokens",
-        "64",
+        "--set",
+        "admission.tenant_tokens_per_second=500",
+        "--set",
+        "admission.tenant_token_burst=8000",
+        "--set",
+        "admission.default_max_tokens=64",
     ])
     .resolve(|_| None)
     .unwrap();
     assert_eq!(config.admission.tenant_tokens_per_second, 500);
     assert_eq!(config.admission.tenant_token_burst, 8000);
     assert_eq!(config.admission.default_max_tokens, 64);
-    let error = parse(&["--tenant-token-burst", "10"])
+    let error = parse(&["--set", "admission.tenant_token_burst=10"])
         .resolve(|_| None)
         .unwrap_err();
     assert!(
         error.to_string().contains("tenant_tokens_per_second"),
         "{error}"
     );
-    let error = Cli::try_parse_from(["prefixgate", "--tenant-tokens-per-second=-1"]).unwrap_err();
+    let error = parse(&["--set", "admission.tenant_tokens_per_second=-1"])
+        .resolve(|_| None)
+        .unwrap_err();
     assert!(
-        error.to_string().contains("--tenant-tokens-per-second"),
+        error
+            .to_string()
+            .contains("admission.tenant_tokens_per_second from --set"),
         "{error}"
     );
-    use clap::CommandFactory;
-    let help = Cli::command().render_help().to_string();
-    for flag in [
-        "--tenant-tokens-per-second",
-        "--tenant-token-burst",
-        "--default-max-tokens",
+    let help = Cli::command_with_settings().render_long_help().to_string();
+    for key in [
+        "admission.tenant_tokens_per_second",
+        "admission.tenant_token_burst",
+        "admission.default_max_tokens",
     ] {
-        assert!(help.contains(flag), "{flag} missing from --help");
+        assert!(help.contains(key), "{key} missing from --help");
     }
 }
 
@@ -239,10 +281,10 @@ fn cluster_flags_sit_over_the_environment() {
     let config = parse(&[
         "--cluster-url",
         "redis://10.0.0.2:6379",
-        "--cluster-name",
-        "fleet-flag",
-        "--cluster-gateway-id",
-        "gw-1",
+        "--set",
+        "cluster.name=fleet-flag",
+        "--set",
+        "cluster.gateway_id=gw-1",
     ])
     .resolve(env)
     .unwrap();
@@ -253,5 +295,13 @@ fn cluster_flags_sit_over_the_environment() {
         .resolve(|_| None)
         .unwrap_err()
         .to_string();
-    assert!(error.contains("cluster.url"), "{error}");
+    assert!(error.contains("cluster.url from --cluster-url"), "{error}");
+    // An empty URL turns sharing off, as unset.
+    let off = |key: &str| (key == "PREFIXGATE_CLUSTER_URL").then(String::new);
+    let config = parse(&[]).resolve(off).unwrap();
+    assert!(!config.cluster.enabled());
+    let config = parse(&[])
+        .resolve(|key| (key == "PREFIXGATE_CLUSTER_GATEWAY_ID").then(|| " gw-2 ".to_owned()))
+        .unwrap();
+    assert_eq!(config.cluster.gateway_id.as_deref(), Some("gw-2"));
 }

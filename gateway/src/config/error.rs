@@ -25,6 +25,20 @@ pub enum ConfigFileError {
     Admission(String),
     #[error(transparent)]
     Routing(#[from] router_core::ConfigError),
+    /// A value an environment variable, a flag or `--set` gave that its setting cannot take
+    /// (or a key that is no setting).
+    #[error("invalid {key} from {layer}: {reason}")]
+    Layer {
+        key: String,
+        layer: String,
+        reason: String,
+    },
+    /// An error about settings, with the layer each of them came from.
+    #[error("{error} ({sources})")]
+    Sourced {
+        error: Box<ConfigFileError>,
+        sources: String,
+    },
     /// Only one of the `[tls]` files is given.
     #[error(transparent)]
     Tls(#[from] TlsError),

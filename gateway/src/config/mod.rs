@@ -1,20 +1,26 @@
-//! The gateway's settings: the TOML file's schema, its defaults, and validation.
+//! The gateway's settings: one schema, the TOML file's, with its defaults and validation.
 //!
-//! One [`GatewayConfig`] describes a whole gateway. It is read from `--config FILE` (every
-//! table `deny_unknown_fields`, so a typo is an error naming the key), then AIBrix's
-//! environment variables override the `[routing]` table, then flags override both (see
-//! [`crate::config::cli`]). Durations are integers with their unit in the key name, so a file never
-//! needs a duration syntax.
+//! One [`GatewayConfig`] describes a whole gateway; each part owns the struct of its table
+//! (admission, discovery, KV sync, TLS, the router's `[routing]`), and every table is
+//! `deny_unknown_fields`, so a typo is an error naming the key. These structs are the only
+//! definition of a setting: [`settings`] lists every setting from their schema (type,
+//! default, doc comment) for `--help` and docs/GATEWAY.md, and [`layers`] applies the file,
+//! the environment, the everyday flags and `--set` over them generically ([`cli`] is the
+//! command line). Adding a setting is one field and its doc comment. Durations are integers
+//! with their unit in the key name, so a file never needs a duration syntax.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use router_core::{RouterConfig, Strategy};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 pub mod cli;
 pub mod error;
+pub mod layers;
+pub mod settings;
 
 pub use error::ConfigFileError;
 pub(crate) use error::invalid;
@@ -29,7 +35,7 @@ pub use crate::replicas::discovery::{DiscoveryConfig, DiscoveryKind};
 pub use crate::replicas::static_::BackendConfig;
 
 /// Everything a gateway needs to start.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayConfig {
     /// Address of the OpenAI API listener.
@@ -44,6 +50,9 @@ pub struct GatewayConfig {
     pub max_body_bytes: usize,
     /// On SIGTERM/SIGINT, in-flight responses get this long to finish.
     pub shutdown_grace_secs: u64,
+    /// Log filter: a level (`info`, `debug`, …) or `tracing` directives
+    /// (`gateway=debug,info`); unset: `RUST_LOG`, else `info`.
+    pub log_level: Option<String>,
     pub upstream: UpstreamConfig,
     pub health: HealthConfig,
     pub engine_scrape: ScrapeConfig,
@@ -72,6 +81,7 @@ impl Default for GatewayConfig {
             default_strategy: Strategy::PrefixLoad.as_str().to_owned(),
             max_body_bytes: 8 * 1024 * 1024,
             shutdown_grace_secs: 30,
+            log_level: None,
             upstream: UpstreamConfig::default(),
             health: HealthConfig::default(),
             engine_scrape: ScrapeConfig::default(),
@@ -88,7 +98,7 @@ impl Default for GatewayConfig {
 }
 
 /// How the gateway talks to replicas.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
     /// TCP connect timeout.
@@ -116,10 +126,12 @@ impl Default for UpstreamConfig {
 }
 
 /// Active health checks of each replica's `/health`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HealthConfig {
+    /// Period of the active probe of each replica's `/health`.
     pub interval_ms: u64,
+    /// A probe without an answer within this long counts as failed.
     pub timeout_ms: u64,
     /// Consecutive failed probes (or refused connections) before a replica is ejected.
     pub eject_after_failures: u32,
@@ -139,11 +151,15 @@ impl Default for HealthConfig {
 }
 
 /// Scraping each replica's `/metrics` into the load view.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ScrapeConfig {
+    /// Scrape each replica's `/metrics` (running and waiting requests, KV-cache usage) into
+    /// the load view.
     pub enabled: bool,
+    /// Scrape period.
     pub interval_ms: u64,
+    /// A scrape without an answer within this long clears that replica's engine stats.
     pub timeout_ms: u64,
 }
 
@@ -158,7 +174,7 @@ impl Default for ScrapeConfig {
 }
 
 /// Simulated replicas started in-process.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EmbeddedConfig {
     /// How many mock-engine replicas to start (`mock-0`, `mock-1`, …); 0 for none.
@@ -247,7 +263,14 @@ impl GatewayConfig {
     /// Checks what deserialisation cannot.
     pub fn validate(&self) -> Result<(), ConfigFileError> {
         self.default_strategy()?;
-        self.routing.validate()?;
+        // router-core names its keys within `[routing]`.
+        self.routing
+            .validate()
+            .map_err(|e| invalid(&format!("routing.{}", e.key), e.value, &e.reason))?;
+        if let Some(filter) = &self.log_level {
+            tracing_subscriber::EnvFilter::try_new(filter)
+                .map_err(|e| invalid("log_level", filter.clone(), &e.to_string()))?;
+        }
         self.tls.validate()?;
         self.kv_sync.validate(self.routing.block_size)?;
         self.cluster.validate()?;
@@ -530,3 +553,6 @@ mod tests {
 
 #[cfg(test)]
 mod cli_tests;
+
+#[cfg(test)]
+mod layers_tests;

@@ -63,7 +63,7 @@ pub enum StartError {
     #[error("invalid backend: {0}")]
     Backend(String),
     #[error(
-        "no replicas: give --backend NAME=URL, [[backends]] in the config file, --mock-engines N or --discovery kubernetes"
+        "no replicas: give --backend NAME=URL, [[backends]] in the config file, --mock-engines N or discovery.kind = \"kubernetes\""
     )]
     NoReplicas,
     #[error("cannot listen on {addr}: {source}")]

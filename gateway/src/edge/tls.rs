@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::{self, InconsistentKeys, ServerConfig};
 
@@ -20,7 +21,7 @@ use tokio_rustls::rustls::{self, InconsistentKeys, ServerConfig};
 pub const ALPN_PROTOCOLS: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 /// The `[tls]` table: both files, or neither (plain HTTP).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
     /// PEM certificate chain, the server's certificate first (`--tls-cert`).
@@ -59,16 +60,6 @@ impl TlsConfig {
     /// Whether the listener serves TLS.
     pub fn is_enabled(&self) -> bool {
         self.cert_file.is_some() || self.key_file.is_some()
-    }
-
-    /// `--tls-cert` and `--tls-key` override the file's values one by one.
-    pub fn apply_flags(&mut self, cert: Option<&PathBuf>, key: Option<&PathBuf>) {
-        if let Some(cert) = cert {
-            self.cert_file = Some(cert.clone());
-        }
-        if let Some(key) = key {
-            self.key_file = Some(key.clone());
-        }
     }
 
     /// Both files or neither; the files themselves are read by [`Self::acceptor`].
@@ -341,10 +332,6 @@ mod tests {
         assert!(config.is_enabled());
         let error = toml::from_str::<TlsConfig>("cert = \"/c.pem\"").unwrap_err();
         assert!(error.to_string().contains("cert"), "{error}");
-        let mut config = TlsConfig::default();
-        config.apply_flags(Some(&"/f.pem".into()), None);
-        assert_eq!(config.cert_file.as_deref(), Some(Path::new("/f.pem")));
-        assert_eq!(config.key_file, None);
     }
 
     #[test]
@@ -378,7 +365,8 @@ mod tests {
         assert_eq!(
             error.to_string(),
             "incomplete TLS settings: tls.cert_file is set but tls.key_file (--tls-key) is \
-             missing; give both or neither"
+             missing; give both or neither (tls.cert_file from --tls-cert; tls.key_file from \
+             the default)"
         );
         let error = cli(&["--tls-key", "/flag.key"])
             .resolve(|_| None)

@@ -1,5 +1,5 @@
-//! The `[kv_sync]` table, AIBrix's `AIBRIX_PREFIX_CACHE_KV_EVENT_SYNC_ENABLED`, and where a
-//! replica's event sockets are.
+//! The `[kv_sync]` table (AIBrix's `AIBRIX_PREFIX_CACHE_KV_EVENT_SYNC_ENABLED` sets its
+//! `enabled`), and where a replica's event sockets are.
 //!
 //! vLLM publishes on `tcp://*:5557` and serves replay on `tcp://*:5558` when started with
 //! `--kv-events-config '{"enable_kv_cache_events":true,"publisher":"zmq",
@@ -15,22 +15,17 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use crate::config::error::{ConfigFileError, invalid};
 use crate::replicas::kv_events::EventEndpoints;
-
-/// AIBrix's switch for KV-event sync.
-pub const ENV_ENABLED: &str = "AIBRIX_PREFIX_CACHE_KV_EVENT_SYNC_ENABLED";
-
-/// prefixgate's own variable for `kv_sync.data_parallel_size` (AIBrix has no such setting).
-pub const ENV_DATA_PARALLEL_SIZE: &str = "PREFIXGATE_KV_SYNC_DATA_PARALLEL_SIZE";
 
 /// The most data-parallel ranks followed per replica (router-core's rank bitmask width).
 pub const MAX_DATA_PARALLEL_SIZE: u32 = router_core::kv_sync::MAX_DP_RANKS;
 
 /// KV-event sync settings.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct KvSyncConfig {
     /// Subscribe to every replica's KV-cache events and tokenize prompts with the engine.
@@ -45,6 +40,7 @@ pub struct KvSyncConfig {
     pub socket_timeout_ms: u64,
     /// First reconnect delay; doubles per failure up to `max_backoff_ms` (AIBrix: 1 s, 30 s).
     pub initial_backoff_ms: u64,
+    /// Longest reconnect delay.
     pub max_backoff_ms: u64,
     /// With no event for this long the subscription is renewed (reconnect, then replay from
     /// the next sequence number): a ZeroMQ SUB does not notice a publisher that restarted.
@@ -71,31 +67,6 @@ impl Default for KvSyncConfig {
 }
 
 impl KvSyncConfig {
-    /// Applies `AIBRIX_PREFIX_CACHE_KV_EVENT_SYNC_ENABLED` when set: `true`/`false` (any
-    /// case) or `1`/`0`; anything else is an error naming the variable.
-    pub fn apply_env(
-        &mut self,
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<(), ConfigFileError> {
-        if let Some(value) = lookup(ENV_ENABLED) {
-            self.enabled = match value.trim().to_ascii_lowercase().as_str() {
-                "true" | "1" => true,
-                "false" | "0" => false,
-                _ => return Err(invalid(ENV_ENABLED, value, "expected true or false")),
-            };
-        }
-        if let Some(value) = lookup(ENV_DATA_PARALLEL_SIZE) {
-            self.data_parallel_size = value.trim().parse().map_err(|_| {
-                invalid(
-                    ENV_DATA_PARALLEL_SIZE,
-                    value.clone(),
-                    "expected a whole number of ranks (1-64)",
-                )
-            })?;
-        }
-        Ok(())
-    }
-
     /// Checks the table; `block_size` is the router's, which must hold whole token ids.
     pub fn validate(&self, block_size: usize) -> Result<(), ConfigFileError> {
         if !self.enabled {
@@ -218,27 +189,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn env_switches_it_on_and_bad_values_name_the_variable() {
-        let mut config = KvSyncConfig::default();
-        config
-            .apply_env(|k| (k == ENV_ENABLED).then(|| "TRUE".to_owned()))
-            .unwrap();
-        assert!(config.enabled);
-        config
-            .apply_env(|k| (k == ENV_ENABLED).then(|| "0".to_owned()))
-            .unwrap();
-        assert!(!config.enabled);
-        let error = config
-            .apply_env(|k| (k == ENV_ENABLED).then(|| "yes please".to_owned()))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains(ENV_ENABLED) && error.contains("yes please"),
-            "{error}"
-        );
-    }
-
-    #[test]
     fn validation_names_the_key() {
         let on = KvSyncConfig {
             enabled: true,
@@ -270,24 +220,6 @@ mod tests {
         }
         .validate(3)
         .unwrap();
-    }
-
-    #[test]
-    fn the_data_parallel_size_comes_from_its_variable_and_bad_values_name_it() {
-        let mut config = KvSyncConfig::default();
-        config
-            .apply_env(|k| (k == ENV_DATA_PARALLEL_SIZE).then(|| " 4 ".to_owned()))
-            .unwrap();
-        assert_eq!(config.data_parallel_size, 4);
-        let error = config
-            .apply_env(|k| (k == ENV_DATA_PARALLEL_SIZE).then(|| "two".to_owned()))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains(ENV_DATA_PARALLEL_SIZE) && error.contains("two"),
-            "{error}"
-        );
-        assert_eq!(config.data_parallel_size, 4, "a bad value changes nothing");
     }
 
     #[test]

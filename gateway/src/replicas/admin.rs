@@ -32,7 +32,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::metrics::Metrics;
@@ -43,7 +44,7 @@ use crate::request::error::openai_error;
 use crate::upstream::UpstreamClient;
 
 /// The `[admin]` table.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
     /// Bearer token every admin call must present (env `PREFIXGATE_ADMIN_TOKEN`); without

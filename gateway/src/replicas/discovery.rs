@@ -5,12 +5,13 @@
 //! Its combination with the other replica sources is checked by
 //! [`crate::config::GatewayConfig::validate`]; the watch itself is [`super::kubernetes`].
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use crate::config::error::{ConfigFileError, invalid};
 
 /// Where replicas come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DiscoveryKind {
     /// `[[backends]]`, `--backend` and `--mock-engines`: a fixed set.
@@ -33,9 +34,11 @@ impl std::str::FromStr for DiscoveryKind {
 
 /// Replica discovery (`[discovery]`); the Kubernetes keys matter only with
 /// `kind = "kubernetes"`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DiscoveryConfig {
+    /// Where replicas come from: `static` (`[[backends]]`, `--backend`, `--mock-engines`) or
+    /// `kubernetes` (pods labelled with the model, watched).
     pub kind: DiscoveryKind,
     /// The namespace watched; default: the gateway pod's own, else `default`.
     pub namespace: Option<String>,
@@ -54,6 +57,7 @@ pub struct DiscoveryConfig {
     pub watch_timeout_secs: u64,
     /// First retry delay after a failed list or watch; doubles up to `backoff_max_ms`.
     pub backoff_initial_ms: u64,
+    /// Longest retry delay after failed lists or watches.
     pub backoff_max_ms: u64,
 }
 

@@ -6,12 +6,13 @@
 
 use std::sync::Arc;
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use crate::replicas::Replica;
 
 /// One static replica.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
     /// The replica's name (the `target-pod` header).

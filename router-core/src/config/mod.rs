@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::policy::prefix_load::PrefixLoadConfig;
 use crate::tokenize::TokenizerKind;
@@ -19,7 +19,8 @@ pub use error::ConfigError;
 
 /// Everything that shapes a routing decision. Deserialised from the gateway's `[routing]`
 /// table (unknown keys are errors), then overridden by AIBrix environment variables and flags.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct RouterConfig {
     /// `AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE`: `character` (default), `tiktoken`, `hf`.

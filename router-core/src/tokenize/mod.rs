@@ -11,7 +11,7 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::error::ConfigError;
 
@@ -26,7 +26,8 @@ pub use hf::HfTokenizer;
 pub use tiktoken::TiktokenTokenizer;
 
 /// Which tokenizer to use (`AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum TokenizerKind {
     /// The UTF-8 bytes of the text.

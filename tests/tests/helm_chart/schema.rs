@@ -28,7 +28,7 @@ const OTHER_RENDERS: &[&[&str]] = &[
         "--set",
         "vllm.enabled=true,tls.enabled=true,tls.secretName=x,ports.metrics=9100",
         "--set-json",
-        r#"extraArgs=["--max-retries",5,"--max-body-bytes",10000000]"#,
+        r#"extraArgs=["--set","upstream.max_retries=5","--mock-engines",10000000]"#,
     ],
     &["--set", "vllm.enabled=true,kvSync.enabled=true"],
     &[

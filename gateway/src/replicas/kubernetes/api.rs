@@ -116,7 +116,7 @@ impl ApiServer {
                     .filter(|h| !h.is_empty())
                     .ok_or(
                         "KUBERNETES_SERVICE_HOST is not set (not running in a pod?): give \
-                     [discovery] api_server or --k8s-api-server, e.g. http://127.0.0.1:8001 \
+                     [discovery] api_server (or --set discovery.api_server=URL), e.g. http://127.0.0.1:8001 \
                      behind `kubectl proxy`",
                     )?;
                 let port = env("KUBERNETES_SERVICE_PORT").unwrap_or_else(|| "443".to_owned());

@@ -4,13 +4,14 @@
 //! They live in the gateway's `[routing.prefix_load]` table (unknown keys are errors); the
 //! environment overrides the file. Every weight is a plain decimal number ≥ 0.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::error::ConfigError;
 
 /// The weights of `prefix-load`'s cost (see `docs/POLICY.md`). The unit of cost is one
 /// prompt block of work already placed on a pod.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct PrefixLoadConfig {
     /// `PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT`: the cost of one block this request would
