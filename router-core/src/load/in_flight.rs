@@ -14,22 +14,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::speed::Completed;
+use super::speed::{Completed, Usage};
 use super::{PodLoad, RequestWork};
 use crate::Millis;
-
-/// What the engine reported it did for a request (`usage` in an OpenAI response), as far as
-/// it is known.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    /// `usage.prompt_tokens`.
-    pub prompt_tokens: u64,
-    /// `usage.prompt_tokens_details.cached_tokens`: the prompt tokens the engine found in
-    /// its prefix cache; `None` when the engine does not report them.
-    pub cached_tokens: Option<u64>,
-    /// `usage.completion_tokens`.
-    pub completion_tokens: u64,
-}
 
 /// One request in flight on one pod (see the module docs). Dropping it releases the count
 /// and the work exactly once; [`end`](Self::end) does the same after recording the end.

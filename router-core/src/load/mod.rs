@@ -30,8 +30,8 @@ use crate::families::RecentFamilies;
 mod in_flight;
 mod speed;
 
-pub use in_flight::{InFlight, Usage};
-pub use speed::{Completed, MIN_PREFILL_BLOCKS, ReplicaSpeed};
+pub use in_flight::InFlight;
+pub use speed::{Completed, MIN_PREFILL_BLOCKS, ReplicaSpeed, Usage};
 
 /// Engine statistics scraped from a replica's `/metrics` (`vllm:num_requests_running`,
 /// `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`).

@@ -20,7 +20,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::in_flight::Usage;
 use crate::Millis;
 
 /// Requests that had fewer blocks than this to prefill do not teach the prefill estimate.
@@ -30,6 +29,19 @@ pub const MIN_PREFILL_BLOCKS: u64 = 8;
 const DOWN: f64 = 0.5;
 /// Step towards an observation above it.
 const UP: f64 = 1.0 / 32.0;
+
+/// What the engine reported it did for a request (`usage` in an OpenAI response), as far as
+/// it is known.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// `usage.prompt_tokens`.
+    pub prompt_tokens: u64,
+    /// `usage.prompt_tokens_details.cached_tokens`: the prompt tokens the engine found in
+    /// its prefix cache; `None` when the engine does not report them.
+    pub cached_tokens: Option<u64>,
+    /// `usage.completion_tokens`.
+    pub completion_tokens: u64,
+}
 
 /// What a finished request took on its pod (from its lifecycle).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
