@@ -142,11 +142,24 @@ impl Drop for AdmissionPermit {
 
 impl Admission {
     /// Admission under `config`; the tenant header name is checked here.
-    pub fn new(config: AdmissionConfig) -> Result<Self, String> {
+    pub fn new(mut config: AdmissionConfig) -> Result<Self, String> {
         let tenant_header = http::HeaderName::from_bytes(config.tenant_header.as_bytes())
             .map_err(|e| format!("admission.tenant_header {:?}: {e}", config.tenant_header))?;
-        if config.api_keys.iter().any(String::is_empty) {
-            return Err("admission.api_keys: an API key is empty".to_owned());
+        // Spaces around a key are never part of it (a list written "K1, K2", a key file's
+        // newline). A blank key could never be presented: it is refused here rather than
+        // starting a gateway that refuses every request.
+        let count = config.api_keys.len();
+        for (i, key) in config.api_keys.iter_mut().enumerate() {
+            let trimmed = key.trim();
+            if trimmed.is_empty() {
+                return Err(format!(
+                    "admission.api_keys: key {} of {count} is blank",
+                    i + 1
+                ));
+            }
+            if trimmed.len() != key.len() {
+                *key = trimmed.to_owned();
+            }
         }
         config.validate_token_rates()?;
         Ok(Admission {
@@ -159,15 +172,26 @@ impl Admission {
     }
 
     /// Whether the request carries an accepted API key (always true without keys).
+    ///
+    /// The scheme is matched without regard to case (RFC 9110 §11.1: `bearer` is `Bearer`).
+    /// Two `authorization` headers are refused with or without keys: which one decides
+    /// would depend on who reads them (the gateway, the replica behind it), and a request
+    /// must not be admitted on one credential and forwarded with another.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<(), GatewayError> {
+        let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
+        let first = values.next();
+        if values.next().is_some() {
+            return Err(GatewayError::BadHeader {
+                header: "authorization".to_owned(),
+                reason: "sent more than once".to_owned(),
+            });
+        }
         if self.config.api_keys.is_empty() {
             return Ok(());
         }
-        let presented = headers
-            .get(http::header::AUTHORIZATION)
+        let presented = first
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(bearer_token)
             .unwrap_or_default();
         // Compare against every key without stopping early, in constant time per key.
         let mut accepted = false;
@@ -188,7 +212,9 @@ impl Admission {
         metrics: &Metrics,
     ) -> Result<AdmissionPermit, GatewayError> {
         if let Err(error) = self.authenticate(headers) {
-            metrics.record_admission_rejection("unauthorized");
+            if error == GatewayError::Unauthorized {
+                metrics.record_admission_rejection("unauthorized");
+            }
             return Err(error);
         }
         let mut permit = AdmissionPermit {
@@ -277,6 +303,14 @@ impl Admission {
     pub fn tracked_tenants(&self) -> usize {
         self.tenants.len()
     }
+}
+
+/// The token of `Bearer TOKEN` (the scheme in any case, spaces around the token ignored);
+/// `None` for another scheme or no token.
+pub(crate) fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once([' ', '\t'])?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// Equal bytes, in time that depends only on the lengths.
@@ -406,11 +440,60 @@ mod tests {
                 .unwrap_err()
                 .contains("tenant_header")
         );
+        for keys in [vec![String::new()], vec!["k1".to_owned(), " \t".to_owned()]] {
+            let config = AdmissionConfig {
+                api_keys: keys.clone(),
+                ..AdmissionConfig::default()
+            };
+            let error = Admission::new(config).unwrap_err();
+            assert!(error.contains("api_keys"), "{keys:?}: {error}");
+            assert!(error.contains("blank"), "{keys:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn keys_are_trimmed_and_the_scheme_is_matched_in_any_case() {
+        let metrics = Metrics::new().unwrap();
         let config = AdmissionConfig {
-            api_keys: vec![String::new()],
+            api_keys: vec!["K1".into(), " K2".into(), "K3\n".into()],
             ..AdmissionConfig::default()
         };
-        assert!(Admission::new(config).unwrap_err().contains("api_keys"));
+        let admission = Admission::new(config).unwrap();
+        for ok in [
+            "Bearer K1",
+            "Bearer K2",
+            "Bearer K3",
+            "bearer K2",
+            "BEARER  K3 ",
+        ] {
+            let presented = headers(&[("authorization", ok)]);
+            assert!(admission.admit(&presented, &metrics).is_ok(), "{ok}");
+        }
+        for bad in ["Basic K1", "BearerK1", "Bearer", "Bearer K", "K1 Bearer"] {
+            let error = admission
+                .admit(&headers(&[("authorization", bad)]), &metrics)
+                .unwrap_err();
+            assert_eq!(error, GatewayError::Unauthorized, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_second_authorization_header_is_refused_with_or_without_keys() {
+        let metrics = Metrics::new().unwrap();
+        let mut two = HeaderMap::new();
+        two.append(http::header::AUTHORIZATION, "Bearer K1".parse().unwrap());
+        two.append(http::header::AUTHORIZATION, "Bearer other".parse().unwrap());
+        let locked = Admission::new(AdmissionConfig {
+            api_keys: vec!["K1".into()],
+            ..AdmissionConfig::default()
+        })
+        .unwrap();
+        let open = Admission::new(AdmissionConfig::default()).unwrap();
+        for admission in [&locked, &open] {
+            let error = admission.admit(&two, &metrics).unwrap_err();
+            assert_eq!(error.status(), 400, "{error}");
+            assert!(error.to_string().contains("authorization"), "{error}");
+        }
     }
 
     #[test]

@@ -375,6 +375,12 @@ fn parse_value(kind: &Kind, text: &str) -> Result<toml::Value, String> {
                 for part in trimmed.split(',').map(str::trim).filter(|p| !p.is_empty()) {
                     items.push(parse_value(item, part)?);
                 }
+                // A blank value is far more often a missing secret or a typo than a wish to
+                // empty the list (PREFIXGATE_API_KEYS=" " must not open the gateway), so the
+                // empty list is written out.
+                if items.is_empty() {
+                    return Err("no items; an empty list is written []".to_owned());
+                }
                 toml::Value::Array(items)
             }
         }

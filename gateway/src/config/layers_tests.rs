@@ -74,6 +74,25 @@ fn the_older_names_are_aliases_and_a_settings_own_name_wins() {
 }
 
 #[test]
+fn a_blank_list_or_a_blank_api_key_is_refused_naming_its_layer() {
+    // A Secret holding only spaces must not open the gateway (an empty list is no keys).
+    for blank in ["", "  ", " , "] {
+        let error = resolve(&[("PREFIXGATE_API_KEYS", blank)], &[]).unwrap_err();
+        assert!(
+            error.contains("admission.api_keys") && error.contains("env PREFIXGATE_API_KEYS"),
+            "{blank:?}: {error}"
+        );
+    }
+    let error = resolve(&[], &["admission.api_keys=[\"k1\", \" \"]"]).unwrap_err();
+    assert!(
+        error.contains("key 2 of 2 is blank") && error.contains("admission.api_keys from --set"),
+        "{error}"
+    );
+    let config = resolve(&[], &["admission.api_keys=[]"]).unwrap();
+    assert!(config.admission.api_keys.is_empty(), "[] is the empty list");
+}
+
+#[test]
 fn set_reaches_every_kind_of_key_and_the_last_one_wins() {
     let config = resolve(
         &[("PREFIXGATE_ROUTING_BLOCK_SIZE", "64")],

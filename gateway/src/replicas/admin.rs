@@ -130,8 +130,7 @@ impl AdminHandle {
         let presented = headers
             .get(http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(crate::admit::bearer_token)
             .unwrap_or_default();
         if crate::admit::constant_time_eq(presented.as_bytes(), token.as_bytes()) {
             Ok(())
