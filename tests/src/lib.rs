@@ -3,7 +3,8 @@
 //! - [`FakeUpstream`]: a small OpenAI-shaped replica whose behaviour each request picks with
 //!   the `x-fake` header (forwarded by the gateway like any client header): stream slowly,
 //!   answer a status, hang, or drop the connection mid-stream. It records what it received
-//!   and counts requests in flight, so tests can see a cancelled upstream request.
+//!   (bodies, request ids, headers) and counts requests in flight, so tests can see a
+//!   cancelled upstream request.
 //! - [`gateway_config`] / [`start_gateway`]: a gateway on port 0 in front of given replicas
 //!   ([`gateway_with_one_upstream`] / [`gateway_with_two_upstreams`] make those replicas too);
 //!   [`mock_gateway_config`]: one with embedded mock-engine replicas.
@@ -55,6 +56,8 @@ pub struct Seen {
     pub in_flight: AtomicUsize,
     pub bodies: Mutex<Vec<Bytes>>,
     pub request_ids: Mutex<Vec<String>>,
+    /// Every request's headers, in arrival order.
+    pub headers: Mutex<Vec<HeaderMap>>,
     pub healthy: AtomicBool,
 }
 
@@ -201,6 +204,7 @@ async fn complete(State(seen): State<Arc<Seen>>, headers: HeaderMap, request: Re
         .and_then(|v| v.get("stream").and_then(|s| s.as_bool()))
         .unwrap_or(false);
     seen.bodies.lock().unwrap().push(body);
+    seen.headers.lock().unwrap().push(headers.clone());
     if let Some(id) = headers.get("x-request-id").and_then(|v| v.to_str().ok()) {
         seen.request_ids.lock().unwrap().push(id.to_owned());
     }

@@ -18,12 +18,14 @@
 //! is released).
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -66,13 +68,14 @@ pub fn spawn(
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok((tcp, _peer)) => {
+                    Ok((tcp, peer)) => {
                         // Streamed tokens are small writes; Nagle would hold them back.
                         if let Err(error) = tcp.set_nodelay(true) {
                             tracing::debug!(%error, "cannot set TCP_NODELAY");
                         }
                         connections.spawn(serve_connection(
                             tcp,
+                            peer,
                             router.clone(),
                             tls.clone(),
                             for_connections.clone(),
@@ -104,6 +107,7 @@ enum Protocols {
 
 async fn serve_connection(
     tcp: TcpStream,
+    peer: SocketAddr,
     router: Router,
     tls: Option<TlsAcceptor>,
     mut stop: watch::Receiver<bool>,
@@ -113,7 +117,8 @@ async fn serve_connection(
     };
     tokio::pin!(stopping);
     let Some(acceptor) = tls else {
-        return serve_http(TokioIo::new(tcp), Protocols::Either, router, stopping).await;
+        let io = TokioIo::new(tcp);
+        return serve_http(io, peer, Protocols::Either, router, stopping).await;
     };
     let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
     let stream = tokio::select! {
@@ -137,11 +142,12 @@ async fn serve_connection(
         Some(b"http/1.1") => Protocols::Http1,
         _ => Protocols::Either,
     };
-    serve_http(TokioIo::new(stream), protocols, router, stopping).await;
+    serve_http(TokioIo::new(stream), peer, protocols, router, stopping).await;
 }
 
 async fn serve_http<I>(
     io: TokioIo<I>,
+    peer: SocketAddr,
     protocols: Protocols,
     router: Router,
     mut stopping: std::pin::Pin<&mut impl Future<Output = ()>>,
@@ -151,8 +157,10 @@ async fn serve_http<I>(
     let requested = Arc::new(AtomicBool::new(false));
     let service = {
         let requested = Arc::clone(&requested);
-        hyper::service::service_fn(move |request: http::Request<Incoming>| {
+        hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
             requested.store(true, Ordering::Relaxed);
+            // The client's address, for `x-forwarded-for` (axum's extractor type).
+            request.extensions_mut().insert(ConnectInfo(peer));
             let router = router.clone();
             async move { router.oneshot(request.map(Body::new)).await }
         })

@@ -2,7 +2,10 @@
 //! headers prefixgate adds to every routed response (SPEC §3.1).
 //!
 //! Hop-by-hop headers (RFC 9110 §7.6.1) are connection-scoped and are never forwarded in
-//! either direction; `host` and `content-length` are rewritten for the upstream hop. The
+//! either direction: the fixed list, and every header the message's own `connection` header
+//! names. `host` and `content-length` are rewritten for the upstream hop, the client's
+//! address is appended to `x-forwarded-for`, and a client's `target-pod` / `target-pod-ip`
+//! stay behind (they are the gateway's answer, not an instruction to the replica). The
 //! same rules serve HTTP/2 clients: their `:authority` lives in the URI, not in a header, so
 //! the upstream HTTP/1.1 request's `host` is the replica's, and `te: trailers` (the one
 //! hop-by-hop header HTTP/2 allows) stays behind. The
@@ -10,6 +13,8 @@
 //! AIBrix sets it), `target-pod-ip` (`ip:port`), `x-prefixgate-outstanding` (the chosen pod's
 //! count just before this request) and `x-prefixgate-match-percent` (only when the policy
 //! consulted the prefix index).
+
+use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use rand::RngCore;
@@ -22,6 +27,7 @@ pub const TARGET_POD: HeaderName = HeaderName::from_static("target-pod");
 pub const TARGET_POD_IP: HeaderName = HeaderName::from_static("target-pod-ip");
 pub const OUTSTANDING: HeaderName = HeaderName::from_static("x-prefixgate-outstanding");
 pub const MATCH_PERCENT: HeaderName = HeaderName::from_static("x-prefixgate-match-percent");
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// Longest client-supplied request id that is kept; longer ones are replaced, so a client
 /// cannot make the gateway log or forward arbitrarily large values.
@@ -98,29 +104,101 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
-/// Headers to send upstream: the client's, minus hop-by-hop, `host` and `content-length`
-/// (hyper sets both for the new hop), with `x-request-id` set.
-pub fn upstream_request_headers(client: &HeaderMap, request_id: &HeaderValue) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(client.len() + 1);
-    for (name, value) in client {
-        if is_hop_by_hop(name) || name == header::HOST || name == header::CONTENT_LENGTH {
+/// Whether `name` is listed in one of the message's `connection` headers (RFC 9110 §7.6.1:
+/// those are hop-by-hop too). Almost every message has no `connection` header or only
+/// `keep-alive`/`close`, so this is one lookup in the common case.
+fn named_by_connection(connection: &[&HeaderValue], name: &HeaderName) -> bool {
+    connection.iter().any(|value| {
+        value.to_str().is_ok_and(|list| {
+            list.split(',')
+                .any(|token| token.trim().eq_ignore_ascii_case(name.as_str()))
+        })
+    })
+}
+
+/// The message's `connection` header values, when any names more than the usual options.
+fn connection_options(headers: &HeaderMap) -> Vec<&HeaderValue> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter(|v| {
+            !v.as_bytes().eq_ignore_ascii_case(b"keep-alive")
+                && !v.as_bytes().eq_ignore_ascii_case(b"close")
+        })
+        .collect()
+}
+
+/// Headers to send upstream: the client's, minus hop-by-hop ones (also those its
+/// `connection` header names), `host` and `content-length` (hyper sets both for the new
+/// hop) and the routing headers `target-pod` / `target-pod-ip`; with `x-request-id` set and
+/// `client` (the peer's address, when known) appended to `x-forwarded-for`.
+pub fn upstream_request_headers(
+    client_headers: &HeaderMap,
+    request_id: &HeaderValue,
+    client: Option<IpAddr>,
+) -> HeaderMap {
+    let connection = connection_options(client_headers);
+    let mut out = HeaderMap::with_capacity(client_headers.len() + 2);
+    for (name, value) in client_headers {
+        if is_hop_by_hop(name)
+            || name == header::HOST
+            || name == header::CONTENT_LENGTH
+            || name == TARGET_POD
+            || name == TARGET_POD_IP
+            || name == X_FORWARDED_FOR
+            || (!connection.is_empty() && named_by_connection(&connection, name))
+        {
             continue;
         }
         out.append(name.clone(), value.clone());
     }
     out.insert(X_REQUEST_ID, request_id.clone());
+    if let Some(value) = forwarded_for(client_headers, client) {
+        out.insert(X_FORWARDED_FOR, value);
+    }
     out
+}
+
+/// `x-forwarded-for` for the next hop: the client's list (all its headers, in order, as one
+/// comma-separated value) with the client's address appended, as nginx's
+/// `$proxy_add_x_forwarded_for` and Envoy do. Without a known address the list passes as is.
+fn forwarded_for(client_headers: &HeaderMap, client: Option<IpAddr>) -> Option<HeaderValue> {
+    let mut list = String::new();
+    for value in client_headers.get_all(&X_FORWARDED_FOR) {
+        let Ok(text) = value.to_str() else { continue };
+        let text = text.trim();
+        if !text.is_empty() {
+            if !list.is_empty() {
+                list.push_str(", ");
+            }
+            list.push_str(text);
+        }
+    }
+    if let Some(ip) = client {
+        if !list.is_empty() {
+            list.push_str(", ");
+        }
+        list.push_str(&ip.to_string());
+    }
+    if list.is_empty() {
+        return None;
+    }
+    HeaderValue::from_str(&list).ok()
 }
 
 /// How many headers [`set_routing_headers`] adds at most.
 const ROUTING_HEADERS: usize = 6;
 
-/// Copies an upstream response's headers, minus hop-by-hop ones, into `out`, with room
+/// Copies an upstream response's headers, minus hop-by-hop ones (also those its
+/// `connection` header names), into `out`, with room
 /// reserved for the routing headers so the map is allocated once.
 pub fn copy_response_headers(upstream: &HeaderMap, out: &mut HeaderMap) {
     out.reserve(upstream.len() + ROUTING_HEADERS);
+    let connection = connection_options(upstream);
     for (name, value) in upstream {
-        if !is_hop_by_hop(name) {
+        if !is_hop_by_hop(name)
+            && (connection.is_empty() || !named_by_connection(&connection, name))
+        {
             out.append(name.clone(), value.clone());
         }
     }
@@ -188,7 +266,7 @@ mod tests {
         client.insert(header::CONTENT_LENGTH, HeaderValue::from_static("9"));
         client.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
         let id = HeaderValue::from_static("rid");
-        let out = upstream_request_headers(&client, &id);
+        let out = upstream_request_headers(&client, &id, None);
         assert_eq!(out.get(header::AUTHORIZATION).unwrap(), "Bearer k");
         assert_eq!(out.get(&X_REQUEST_ID).unwrap(), "rid");
         assert!(out.get(header::CONNECTION).is_none());
@@ -206,10 +284,64 @@ mod tests {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        let out = upstream_request_headers(&client, &HeaderValue::from_static("rid"));
+        let out = upstream_request_headers(&client, &HeaderValue::from_static("rid"), None);
         assert_eq!(out.len(), 2, "{out:?}");
         assert_eq!(out[header::CONTENT_TYPE], "application/json");
         assert_eq!(out[&X_REQUEST_ID], "rid");
+    }
+
+    #[test]
+    fn headers_the_connection_header_names_are_hop_by_hop_both_ways() {
+        let mut client = HeaderMap::new();
+        client.append(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        client.append(
+            header::CONNECTION,
+            HeaderValue::from_static("X-Secret , x-trace"),
+        );
+        client.insert("x-secret", HeaderValue::from_static("s"));
+        client.insert("x-trace", HeaderValue::from_static("t"));
+        client.insert("x-kept", HeaderValue::from_static("k"));
+        let out = upstream_request_headers(&client, &HeaderValue::from_static("rid"), None);
+        assert!(out.get("x-secret").is_none(), "{out:?}");
+        assert!(out.get("x-trace").is_none(), "{out:?}");
+        assert_eq!(out["x-kept"], "k");
+
+        let mut upstream = HeaderMap::new();
+        upstream.insert(header::CONNECTION, HeaderValue::from_static("x-hop"));
+        upstream.insert("x-hop", HeaderValue::from_static("h"));
+        upstream.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        let mut back = HeaderMap::new();
+        copy_response_headers(&upstream, &mut back);
+        assert!(back.get("x-hop").is_none(), "{back:?}");
+        assert!(back.get(header::CONNECTION).is_none(), "{back:?}");
+        assert_eq!(back[header::CONTENT_TYPE], "text/plain");
+    }
+
+    #[test]
+    fn a_client_s_target_pod_stays_behind_and_its_address_is_forwarded_for() {
+        let mut client = HeaderMap::new();
+        client.insert(&TARGET_POD, HeaderValue::from_static("pod-b"));
+        client.insert(&TARGET_POD_IP, HeaderValue::from_static("10.0.0.2:8000"));
+        let peer: IpAddr = "192.0.2.7".parse().unwrap();
+        let rid = HeaderValue::from_static("rid");
+        let out = upstream_request_headers(&client, &rid, Some(peer));
+        assert!(out.get(&TARGET_POD).is_none(), "{out:?}");
+        assert!(out.get(&TARGET_POD_IP).is_none(), "{out:?}");
+        assert_eq!(out[&X_FORWARDED_FOR], "192.0.2.7");
+        // A list the client brings is kept (all its headers, in order), the peer appended.
+        client.append(&X_FORWARDED_FOR, HeaderValue::from_static("203.0.113.1"));
+        client.append(&X_FORWARDED_FOR, HeaderValue::from_static(" 198.51.100.2 "));
+        let out = upstream_request_headers(&client, &rid, Some(peer));
+        assert_eq!(out.get_all(&X_FORWARDED_FOR).iter().count(), 1);
+        assert_eq!(
+            out[&X_FORWARDED_FOR],
+            "203.0.113.1, 198.51.100.2, 192.0.2.7"
+        );
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        let out = upstream_request_headers(&HeaderMap::new(), &rid, Some(v6));
+        assert_eq!(out[&X_FORWARDED_FOR], "2001:db8::1");
+        let out = upstream_request_headers(&HeaderMap::new(), &rid, None);
+        assert!(out.get(&X_FORWARDED_FOR).is_none());
     }
 
     #[test]

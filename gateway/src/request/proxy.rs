@@ -8,7 +8,10 @@
 //! a 502 of the gateway's. A replica that sends no response headers within the first-byte
 //! timeout is not retried (the request may be running there) and the client gets 504. Once headers arrive, the response is committed.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+
+use axum::extract::ConnectInfo;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -161,7 +164,11 @@ async fn send(
             reason: format!("cannot build the upstream request: {e}"),
             connect: false,
         })?;
-    *request.headers_mut() = headers::upstream_request_headers(&parts.headers, request_id);
+    let client = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip());
+    *request.headers_mut() = headers::upstream_request_headers(&parts.headers, request_id, client);
     match tokio::time::timeout(
         state.settings.first_byte_timeout,
         state.client.request(request),
