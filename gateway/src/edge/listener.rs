@@ -166,10 +166,16 @@ async fn serve_http<I>(
         })
     };
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // half_close: a client may shut its write side once its request is sent and wait for
+    // the answer (`nc -N`, some load balancers); hyper would take that end of input for a
+    // hang-up and close without answering. A client that really went away is still noticed
+    // when its response is written (the write fails and the body is dropped, releasing the
+    // replica): at the first streamed chunk, or when a non-streamed answer is ready.
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .half_close(true);
     builder
         .http2()
         .timer(TokioTimer::new())
