@@ -9,8 +9,8 @@
 //! as the most they may lose (a ratchet: a listed cell that gets worse fails the test, and so
 //! does any other cell that falls short); docs/POLICY.md names them as open work.
 //!
-//! The `#[ignore]`d tests are the evaluation in `docs/POLICY.md` (robustness sweeps and
-//! ablations); run them with `cargo test --release -p loadgen --test policy_regression --
+//! The `#[ignore]`d tests are the evaluation in `docs/POLICY-EVALUATION.md` (robustness sweeps
+//! and ablations); run them with `cargo test --release -p loadgen --test policy_regression --
 //! --ignored --nocapture`.
 
 use std::collections::BTreeMap;
@@ -135,7 +135,7 @@ fn goods(phases: &[PhaseResult]) -> Goods {
 /// Open work: the cells where `prefix-load` still falls short of the best other route on the
 /// calibrated profile at the default settings, as (round, scenario, good requests short at
 /// most). Each deficit is today's, so a listed cell may not fall further; a cell not listed
-/// must be at least the best other route. docs/POLICY.md explains each one.
+/// must be at least the best other route. docs/POLICY-EVALUATION.md explains each one.
 const KNOWN_GAPS: [(&str, &str, usize); 1] = [("r2", "cold-uniform", 6)];
 
 /// The policy check's problems (empty when it holds), and the totals per route. `gaps`
@@ -358,7 +358,7 @@ fn sweep_variants() -> Vec<Variant> {
 }
 
 #[test]
-#[ignore = "evaluation: minutes in release; see docs/POLICY.md"]
+#[ignore = "evaluation: minutes in release; see docs/POLICY-EVALUATION.md"]
 fn evaluation_seed_matrix() {
     let variant = Variant::seed_like();
     let variant = if pl_kv_sync() {
@@ -381,7 +381,7 @@ fn pl_kv_sync() -> bool {
 }
 
 #[test]
-#[ignore = "evaluation: minutes in release; see docs/POLICY.md"]
+#[ignore = "evaluation: minutes in release; see docs/POLICY-EVALUATION.md"]
 fn evaluation_robustness_sweeps() {
     let only = std::env::var("PL_VARIANT").ok();
     for variant in sweep_variants() {
@@ -437,7 +437,8 @@ fn oracle_cold_uniform() {
         let mut best = (0, 0u32);
         let mut histogram = BTreeMap::new();
         // Balanced placements (half the families on each replica), best first: the cell of
-        // a uniform phase is decided among them (docs/POLICY.md, "Over the routes' own draws").
+        // a uniform phase is decided among them (docs/POLICY-EVALUATION.md, "Over the routes'
+        // own draws").
         let mut balanced: Vec<(usize, Vec<usize>)> = Vec::new();
         // Family 0 on replica A: the mirror placements are the same up to names.
         for mask in 0..(1u32 << (families - 1)) {
@@ -473,7 +474,7 @@ fn oracle_cold_uniform() {
 /// in one variant (`PL_VARIANT`, a substring of a sweep variant's name; the seed matrix
 /// without it), at the weights of `PL_WEIGHTS`' first set: one line per measured request,
 /// with the decision that placed it and its outcome (the lines `loadgen simulate --trace`
-/// writes, as a table). This is how docs/POLICY.md's gaps were traced.
+/// writes, as a table). This is how docs/POLICY-EVALUATION.md's gaps were traced.
 #[test]
 #[ignore = "evaluation: prints one phase request by request"]
 fn trace_phase() {

@@ -2,8 +2,9 @@
 //! arrivals, other coin flips. `random` picks by coin, and `least-request`, `prefix-cache` and
 //! `prefix-load` break ties by coin; in cold-uniform a tie decides which pod a new family
 //! lives on for the whole phase, so one draw of `prefix-cache` can serve 46 good requests on
-//! arrivals where another serves 88 (docs/POLICY.md, "Over the routes' own draws"). The
-//! matrix's "best other route" is then a random variable, and the guard states the bar on
+//! arrivals where another serves 88 (docs/POLICY-EVALUATION.md, "Over the routes' own
+//! draws"). The matrix's "best other route" is then a random variable, and the guard states
+//! the bar on
 //! its expectation: `prefix-load`'s mean over the draws is at least the mean of the best other
 //! route, draw by draw, in every (round, scenario), and its mean total at least 1.05 × the
 //! best other total's mean. The seed draw itself stays guarded by the ratchet in the parent
@@ -114,8 +115,8 @@ fn prefix_load_beats_the_best_other_route_in_expectation_over_routing_draws() {
     );
 }
 
-/// The evaluation behind docs/POLICY.md's table: `PL_DRAWS` draws (100 unless set), each
-/// route's mean and range per cell, the distribution of `prefix-cache`'s cold cells, how
+/// The evaluation behind docs/POLICY-EVALUATION.md's table: `PL_DRAWS` draws (100 unless
+/// set), each route's mean and range per cell, the distribution of `prefix-cache`'s cold cells, how
 /// often `prefix-load` falls below the best other route, and in how many draws it is at or
 /// above it in every cell (`matrix_compare.py policy` on that draw).
 #[test]

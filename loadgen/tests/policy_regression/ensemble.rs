@@ -1,6 +1,7 @@
 //! The ensemble evaluation: the whole matrix over 34 round seeds instead of the seed's two,
-//! because two rounds cannot tell a better rule from a luckier draw (docs/POLICY.md, "Over
-//! more rounds"). `#[ignore]`d; run with `--ignored --nocapture evaluation_ensemble`.
+//! because two rounds cannot tell a better rule from a luckier draw
+//! (docs/POLICY-EVALUATION.md, "Over more rounds"). `#[ignore]`d; run with `--ignored
+//! --nocapture evaluation_ensemble`.
 
 use super::*;
 
@@ -44,8 +45,9 @@ fn ensemble_matrix_text() -> String {
 /// rounds of [`ensemble_seeds`], with 8 and 16 families. The baselines run once; then, for
 /// each weight set of `PL_WEIGHTS`, prints each route's mean good per phase, the rounds in
 /// which `prefix-load` fell below the best other route, and prefix-load's mean good per
-/// round over all scenarios (docs/POLICY.md, "Over more rounds"). With `PL_KV_SYNCED` set,
-/// every route's index also learns warm priming ([`SimOptions::kv_synced_priming`]); with
+/// round over all scenarios (docs/POLICY-EVALUATION.md, "Over more rounds"). With
+/// `PL_KV_SYNCED` set, every route's index also learns warm priming
+/// ([`SimOptions::kv_synced_priming`]); with
 /// `PL_KV_SYNC` set, the engines' KV events feed it ([`SimOptions::kv_sync`]).
 #[test]
 #[ignore = "evaluation: minutes in release"]

@@ -275,7 +275,8 @@ fn the_trace_has_one_line_per_request_agreeing_with_the_phase() {
 /// The seed's warm-uniform `prefix-cache` cells: the index knows one owner per family from
 /// routed priming, so the route follows those owners (the seed's 43/96 in round 2). With
 /// KV-event sync the engines' events show every replica primed, the route balances, and
-/// nearly every request is good (docs/POLICY.md: 96.0 with the index told of priming).
+/// nearly every request is good (docs/POLICY-EVALUATION.md: 96.0 with the index told of
+/// priming).
 #[test]
 fn kv_sync_shows_warm_priming_and_balances_prefix_cache() {
     let matrix = Matrix::builtin()

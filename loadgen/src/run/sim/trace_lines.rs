@@ -1,6 +1,7 @@
 //! The per-request trace of a simulated run (`loadgen simulate --trace FILE`): one JSON line
 //! per measured request, saying where the router sent it, why, and what came of it. It is how
-//! a phase's figures are explained request by request (docs/POLICY.md traces its gaps so).
+//! a phase's figures are explained request by request (docs/POLICY-EVALUATION.md traces its
+//! gaps so).
 
 use serde::Serialize;
 

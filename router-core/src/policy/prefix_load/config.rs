@@ -35,8 +35,8 @@ pub struct PrefixLoadConfig {
     /// fraction of them that have recurred. A new family goes where fewer families will keep
     /// sending their requests; the charge is bounded by this weight, and one-off prompts
     /// steer nothing. Off (0) by default: 16 serves more in cold phases over many simulated
-    /// rounds but fewer on the seed's two, locally (docs/POLICY.md, "New families by the
-    /// families each pod serves").
+    /// rounds but fewer on the seed's two, locally (docs/POLICY-EVALUATION.md, "New families by
+    /// the families each pod serves").
     pub family_weight: f64,
     /// `PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS`: a family stops counting as served by
     /// a pod after this long without a request routed there.
@@ -48,7 +48,7 @@ pub struct PrefixLoadConfig {
     /// (Little's law): a hot prefix is copied nearly at cost, a family with few requests left
     /// pays up to `1 + copy_weight` times. Off (0) by default. It needs an index that sees
     /// every holder (KV-event sync): otherwise a real hit on a pod the index does not know
-    /// looks like a copy (docs/POLICY.md, "Over more rounds").
+    /// looks like a copy (docs/POLICY-EVALUATION.md, "Over more rounds").
     pub copy_weight: f64,
 }
 
