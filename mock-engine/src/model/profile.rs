@@ -226,6 +226,39 @@ mod tests {
     }
 
     #[test]
+    fn unequal_fleet_profiles_are_the_l20_slower_and_faster() {
+        // The profiles of docs/POLICY.md's unequal-replica evaluation: the calibrated L20
+        // with its fixed step cost ×1.5 and its prefill ×2 (and the inverse), nothing else.
+        let l20 = EngineProfile::builtin("l20-qwen27b-fp8").expect("builtin");
+        let parse = |text: &str| EngineProfile::from_toml_str(text).expect("shipped profile");
+        let slow = parse(include_str!(
+            "../../../config/engines/l20-qwen27b-fp8-slow.toml"
+        ));
+        let faster = parse(include_str!(
+            "../../../config/engines/l20-qwen27b-fp8-faster.toml"
+        ));
+        // The files round to a few digits (0.049 / 1.5 is written 0.032667).
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-4 * b.abs();
+        for (profile, step, prefill) in [(&slow, 1.5, 2.0), (&faster, 1.0 / 1.5, 0.5)] {
+            assert!(close(profile.t0, l20.t0 * step), "{}", profile.name);
+            assert!(close(profile.a_p, l20.a_p * prefill), "{}", profile.name);
+            assert!(
+                close(profile.c_att, l20.c_att * prefill),
+                "{}",
+                profile.name
+            );
+            let same = EngineProfile {
+                name: l20.name.clone(),
+                t0: l20.t0,
+                a_p: l20.a_p,
+                c_att: l20.c_att,
+                ..profile.clone()
+            };
+            assert_eq!(same, l20, "{} differs elsewhere", profile.name);
+        }
+    }
+
+    #[test]
     fn load_takes_a_builtin_name_or_a_path() {
         assert_eq!(
             EngineProfile::load("fast").expect("builtin").name,
