@@ -144,6 +144,15 @@ async fn all_replicas_refused_is_a_502_and_ejects_them() {
     let answer = client.chat(&gateway, &[], chat_body("x", false)).await;
     assert_openai_error(&answer, 502, "upstream_unavailable");
     assert_eq!(answer.json()["error"]["type"], "api_error");
+    // Each attempt's failure is listed, not only the last one's.
+    let message = answer.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("2 attempt(s)"), "{message}");
+    for pod in ["x: ", "y: "] {
+        assert!(message.contains(pod), "{pod} missing: {message}");
+    }
     // Both are now ejected: no ready replica.
     let answer = client.chat(&gateway, &[], chat_body("x", false)).await;
     assert_openai_error(&answer, 503, "service_unavailable");
@@ -177,6 +186,17 @@ async fn a_silent_replica_is_a_504_and_is_cancelled() {
         .await;
     assert_openai_error(&answer, 504, "upstream_timeout");
     assert_eq!(a.requests(), 1, "a timeout is not retried");
+    // The replica that timed out is named and counted, as a routed answer's would be.
+    assert_eq!(answer.header("target-pod"), Some("a"));
+    let metrics = client.metrics(&gateway).await;
+    assert_eq!(
+        sample_value(
+            &metrics,
+            &format!(r#"prefixgate_requests_total{{code="504",model="{MODEL}",pod="a"}}"#)
+        ),
+        1.0,
+        "{metrics}"
+    );
     wait_outstanding_zero(&gateway).await;
     wait_until("the hung upstream request to be cancelled", || {
         a.in_flight() == 0

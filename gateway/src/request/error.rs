@@ -35,11 +35,15 @@ pub enum GatewayError {
     #[error("error on selecting target pod: {0}")]
     Routing(String),
     /// Every attempt failed before a response byte arrived (connect refused, reset, 502/503).
-    #[error("no replica could be reached for model {model:?} after {attempts} attempt(s): {last}")]
+    /// `failures` says what went wrong on each attempt, in order (`a: …; b: …`), since a
+    /// retry's error alone can hide the first replica's.
+    #[error(
+        "no replica could be reached for model {model:?} after {attempts} attempt(s): {failures}"
+    )]
     UpstreamUnavailable {
         model: String,
         attempts: u32,
-        last: String,
+        failures: String,
     },
     /// The chosen replica sent no response headers within the first-byte timeout.
     #[error("replica {pod} did not answer within {timeout_ms} ms")]
@@ -142,6 +146,15 @@ impl GatewayError {
             GatewayError::Unauthorized => "invalid_api_key",
             GatewayError::RateLimited { .. } => "rate_limit_exceeded",
             GatewayError::BadHeader { .. } => "invalid_header",
+        }
+    }
+
+    /// The replica the error is about, when one was chosen and is to blame: the response
+    /// names it in `target-pod` and the request is counted under it.
+    pub fn pod(&self) -> Option<&str> {
+        match self {
+            GatewayError::UpstreamTimeout { pod, .. } => Some(pod),
+            _ => None,
         }
     }
 
@@ -262,7 +275,7 @@ mod tests {
                 GatewayError::UpstreamUnavailable {
                     model: "m".into(),
                     attempts: 2,
-                    last: "refused".into(),
+                    failures: "a: refused; b: refused".into(),
                 },
                 502,
                 "api_error",

@@ -37,13 +37,19 @@ pub async fn inference(
         Ok(response) => response,
         Err(error) => {
             tracing::debug!(%error, request_id = ?request_id, "request refused");
+            let pod = error.pod().unwrap_or_default();
             state
                 .metrics
-                .record_request(&model, "", error.status().as_u16());
+                .record_request(&model, pod, error.status().as_u16());
+            // A replica to blame (a first-byte timeout) is named as on a routed answer.
+            let target = HeaderValue::from_str(pod).ok().filter(|_| !pod.is_empty());
             let mut response = error.into_response();
             response
                 .headers_mut()
                 .insert(headers::REQUEST_ID, request_id);
+            if let Some(target) = target {
+                response.headers_mut().insert(headers::TARGET_POD, target);
+            }
             response
         }
     }

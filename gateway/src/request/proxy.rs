@@ -57,7 +57,8 @@ pub async fn forward(
 ) -> Result<Forwarded, GatewayError> {
     let max_attempts = state.settings.max_retries.saturating_add(1);
     let mut tried: Vec<Arc<Replica>> = Vec::new();
-    let mut last_failure = String::new();
+    // What each failed attempt met, in order ("a: connection refused; b: answered 503").
+    let mut failures = String::new();
     // A 502/503 answer kept in case no other replica can be tried: passing the replica's own
     // answer through says more than a gateway error would.
     let mut refused: Option<Forwarded> = None;
@@ -77,7 +78,10 @@ pub async fn forward(
         let pod = replica.name();
         match send(state, &picked.replica, parts, body.clone(), request_id).await {
             Ok(response) if is_retryable_status(response.status()) => {
-                last_failure = format!("{pod} answered {}", response.status());
+                note_failure(
+                    &mut failures,
+                    format_args!("{pod} answered {}", response.status()),
+                );
                 refused = Some(Forwarded {
                     response,
                     picked,
@@ -105,11 +109,11 @@ pub async fn forward(
                 {
                     state.metrics.record_ejection(pod);
                 }
-                last_failure = format!("{pod}: {reason}");
+                note_failure(&mut failures, format_args!("{pod}: {reason}"));
                 // `picked` (and its outstanding guard) is dropped here: the pod is released.
             }
         }
-        tracing::debug!(%pod, attempt, failure = %last_failure, "upstream attempt failed");
+        tracing::debug!(%pod, attempt, %failures, "upstream attempt failed");
         tried.push(replica);
     }
     if let Some(forwarded) = refused {
@@ -118,8 +122,18 @@ pub async fn forward(
     Err(GatewayError::UpstreamUnavailable {
         model: fields.model.clone(),
         attempts: u32::try_from(tried.len()).unwrap_or(u32::MAX),
-        last: last_failure,
+        failures,
     })
+}
+
+/// Appends one attempt's failure to the list.
+fn note_failure(failures: &mut String, failure: std::fmt::Arguments<'_>) {
+    use std::fmt::Write as _;
+    if !failures.is_empty() {
+        failures.push_str("; ");
+    }
+    // Writing into a String cannot fail.
+    let _ = failures.write_fmt(failure);
 }
 
 /// 502 and 503 from a replica mean it did not take the request (vLLM answers 503 while

@@ -118,10 +118,14 @@ fn render_metrics(state: &AppState) -> String {
     )
 }
 
-async fn unknown_path(request: Request) -> Response {
-    let mut response =
-        GatewayError::UnknownPath(format!("{} {}", request.method(), request.uri().path()))
-            .into_response();
+async fn unknown_path(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let error = GatewayError::UnknownPath(format!("{} {}", request.method(), request.uri().path()));
+    // Counted like every other answer (no model, no pod), so a client calling a path the
+    // gateway does not serve shows in the request counts.
+    state
+        .metrics
+        .record_request("", "", error.status().as_u16());
+    let mut response = error.into_response();
     response.headers_mut().insert(
         crate::request::headers::REQUEST_ID,
         crate::request::headers::request_id(request.headers()),
@@ -226,6 +230,8 @@ mod tests {
         let (got, text) = call(app(state.clone()), "GET", chat, "").await;
         assert_eq!(got, StatusCode::NOT_FOUND, "wrong method: {text}");
         assert!(text.contains("GET /v1/chat/completions"), "{text}");
+        let (got, text) = call(app(state.clone()), "POST", "/v1/nothing", "").await;
+        assert_eq!(got, StatusCode::NOT_FOUND, "unknown path: {text}");
         let big = format!(r#"{{"model":"m","prompt":"{}"}}"#, "x".repeat(2000));
         let (got, text) = call(app(state.clone()), "POST", "/v1/completions", &big).await;
         assert_eq!(got, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
@@ -233,6 +239,10 @@ mod tests {
         assert!(
             metrics.contains(r#"prefixgate_requests_total{code="404",model="x",pod=""} 1"#),
             "{metrics}"
+        );
+        assert!(
+            metrics.contains(r#"prefixgate_requests_total{code="404",model="",pod=""} 2"#),
+            "the wrong method and the unknown path are counted: {metrics}"
         );
     }
 
