@@ -163,6 +163,25 @@ async fn all_replicas_refused_is_a_502_and_ejects_them() {
 }
 
 #[tokio::test]
+async fn a_dead_backend_with_no_known_model_is_a_503_and_not_ready() {
+    // A static backend without `model`, down when the gateway starts: nothing says which
+    // models it serves, so the model is not "not found" (404, which clients do not retry).
+    let cold = gateway::config::BackendConfig {
+        model: None,
+        ..refused_backend("cold").await
+    };
+    let mut config = gateway_config(vec![cold]);
+    config.health.interval_ms = 60_000;
+    let gateway = gateway::start(config).await.unwrap();
+    let client = Client::new();
+    let answer = client.chat(&gateway, &[], chat_body("x", false)).await;
+    assert_openai_error(&answer, 503, "service_unavailable");
+    let ready = client.get(&gateway, "/ready").await;
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_replica_503_passes_through_when_no_other_is_left() {
     let (a, b, gateway) = gateway_with_two_upstreams().await;
     let client = Client::new();

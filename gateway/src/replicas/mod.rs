@@ -312,9 +312,13 @@ impl Replicas {
         models
     }
 
-    /// Whether any replica is ready.
+    /// Whether any replica can serve a request: ready, with its models known (a replica
+    /// whose `/v1/models` has not answered yet serves nothing).
     pub fn any_ready(&self) -> bool {
-        self.current.load().iter().any(|r| r.is_ready())
+        self.current
+            .load()
+            .iter()
+            .any(|r| r.is_ready() && !r.models.load().is_empty())
     }
 }
 

@@ -80,6 +80,12 @@ pub fn pick(
         }
     }
     if !serving {
+        // A replica whose models are not known yet (its /v1/models has not answered) may
+        // serve the model: "not found" is only said when every replica has answered, since
+        // clients take a 404 as permanent and a 503 as "try again".
+        if snapshot.iter().any(|r| r.models().is_empty()) {
+            return Err(GatewayError::NoReadyReplica(fields.model.clone()));
+        }
         return Err(GatewayError::UnknownModel(fields.model.clone()));
     }
     if candidates.is_empty() {
@@ -185,6 +191,26 @@ mod tests {
             "{error:?}"
         );
         let error = pick(&state, Strategy::Random, &fields("y"), None, &[]).unwrap_err();
+        assert!(matches!(error, GatewayError::UnknownModel(_)), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn a_model_is_not_unknown_while_a_replica_s_models_are() {
+        // A static backend without a configured model that was down at start: its models
+        // are not known, so the model may be its; 503 (try again), not 404 (give up).
+        let cold = Arc::new(Replica::new("cold", "127.0.0.1:1", vec![]));
+        cold.report_failure(1);
+        let state = state(vec![Arc::clone(&cold)]);
+        let error = pick(&state, Strategy::Random, &fields("m"), None, &[]).unwrap_err();
+        assert!(
+            matches!(error, GatewayError::NoReadyReplica(_)),
+            "{error:?}"
+        );
+        assert!(!state.replicas.any_ready(), "nothing can be served yet");
+        cold.set_models(vec!["m".into()]);
+        cold.report_success(1);
+        assert!(state.replicas.any_ready());
+        let error = pick(&state, Strategy::Random, &fields("other"), None, &[]).unwrap_err();
         assert!(matches!(error, GatewayError::UnknownModel(_)), "{error:?}");
     }
 
