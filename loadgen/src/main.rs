@@ -14,9 +14,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use loadgen::measure::{MatrixResult, OperationsResult, PhaseResult, Slo, schema_check};
+use loadgen::measure::{
+    MatrixResult, OperationsResult, PhaseResult, ReplayResult, Slo, schema_check,
+};
 use loadgen::report;
 use loadgen::run::live::request::http_client;
+use loadgen::run::sim::GatewayAssignment;
 use loadgen::run::sim::trace_lines::{TraceLine, trace_lines};
 use loadgen::run::{
     LiveRunner, LiveTarget, LocalOptions, LocalStack, PhaseProgress, PhaseRun, ReplicaEndpoint,
@@ -27,6 +30,7 @@ use mock_engine::model::EngineProfile;
 use router_core::RouterConfig;
 
 mod operations_command;
+mod replay_command;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -92,6 +96,18 @@ fn routing_from_env() -> Result<RouterConfig> {
     Ok(routing)
 }
 
+/// Several gateways in front of the replicas (`simulate`, `replay`, and the local stacks).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub(crate) struct GatewayArgs {
+    /// Gateways in front of the replicas, each with its own prefix index and load view
+    /// (independent gateway replicas behind one Service).
+    #[arg(long, default_value_t = 1)]
+    gateways: usize,
+    /// How requests are spread over the gateways: round-robin or random.
+    #[arg(long, default_value = "round-robin")]
+    gateway_assignment: GatewayAssignment,
+}
+
 /// The stack `--local` starts (shared by `matrix` and `operations`).
 #[derive(Debug, clap::Args)]
 struct LocalArgs {
@@ -116,14 +132,18 @@ impl LocalArgs {
     /// The engine profiles (replica i runs profile i modulo their count), once the replica
     /// count and time scale are known to be usable.
     fn profiles(&self) -> Result<Vec<EngineProfile>> {
-        let (replicas, scale) = (self.replicas, self.time_scale);
+        Self::checked_profiles(self.replicas, self.time_scale, &self.engine_profile)
+    }
+
+    /// [`LocalArgs::profiles`] for any command's local flags.
+    fn checked_profiles(replicas: usize, scale: f64, spec: &str) -> Result<Vec<EngineProfile>> {
         if !(1..=64).contains(&replicas) {
             bail!("--replicas must be 1..=64, got {replicas}");
         }
         if !(scale.is_finite() && scale > 0.0) {
             bail!("--time-scale must be > 0, got {scale}");
         }
-        load_profiles(&self.engine_profile)
+        load_profiles(spec)
     }
 }
 
@@ -163,6 +183,8 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         routing_draw: u64,
         #[command(flatten)]
+        gateways: GatewayArgs,
+        #[command(flatten)]
         selection: Selection,
     },
     /// Run the matrix live: against a gateway (`--gateway`), or against mock replicas and a
@@ -188,6 +210,9 @@ enum Command {
         /// Wall seconds one request may take (live mode).
         #[arg(long, default_value_t = 600.0)]
         request_timeout: f64,
+        /// Local mode: gateway instances started in front of the replicas.
+        #[command(flatten)]
+        gateways: GatewayArgs,
         #[command(flatten)]
         selection: Selection,
     },
@@ -195,6 +220,10 @@ enum Command {
     /// closed loops, tenant mixes, shared-prefix cache phases) against a gateway (`--gateway`)
     /// or against mock replicas and a gateway started here per phase (`--local`).
     Operations(operations_command::OperationsArgs),
+    /// Replay a request trace (Mooncake FAST'25 JSONL) route by route: simulated (`--sim`),
+    /// against mock replicas and gateways started here (`--local`, fresh for every route), or
+    /// against a running gateway (`--gateway`).
+    Replay(replay_command::ReplayArgs),
     /// Render a result file (matrix or operations) as a Markdown table (and, for the matrix,
     /// charts).
     Report {
@@ -228,6 +257,7 @@ fn main() -> Result<()> {
             trace,
             kv_sync,
             routing_draw,
+            gateways,
             selection,
         } => {
             let m = selection.matrix()?;
@@ -241,6 +271,8 @@ fn main() -> Result<()> {
             options.replica_prefix = replica_prefix;
             options.kv_sync = kv_sync;
             options.routing_draw = routing_draw;
+            options.gateways = gateways.gateways;
+            options.gateway_assignment = gateways.gateway_assignment;
             simulate(&m, &options, selection.out.as_deref(), trace.as_deref())
         }
         Command::Matrix {
@@ -251,6 +283,7 @@ fn main() -> Result<()> {
             local,
             stack: local_args,
             request_timeout,
+            gateways,
             selection,
         } => {
             let m = selection.matrix()?;
@@ -276,6 +309,8 @@ fn main() -> Result<()> {
                         model,
                         admission: Default::default(),
                         routing: routing_from_env()?,
+                        gateways: gateways.gateways,
+                        assignment: gateways.gateway_assignment,
                     })
                     .await
                     .map_err(anyhow::Error::msg)?;
@@ -285,7 +320,13 @@ fn main() -> Result<()> {
                             env!("CARGO_PKG_VERSION"),
                             profile_names
                         ),
-                        gateway: "prefixgate gateway (router-core, AIBrix v0.7.0 prefix-cache semantics)".into(),
+                        gateway: match gateways.gateways {
+                            1 => "prefixgate gateway (router-core, AIBrix v0.7.0 prefix-cache semantics)".into(),
+                            g => format!(
+                                "{g} prefixgate gateways, {} (router-core, AIBrix v0.7.0 prefix-cache semantics)",
+                                gateways.gateway_assignment.as_str()
+                            ),
+                        },
                         gpu_per_replica: format!("simulated {profile_names}"),
                     };
                     let runner = LiveRunner::new(http_client(), stack.target().clone());
@@ -309,9 +350,12 @@ fn main() -> Result<()> {
                     if !(request_timeout.is_finite() && request_timeout > 0.0) {
                         bail!("--request-timeout must be > 0 seconds");
                     }
+                    if gateways.gateways != 1 {
+                        bail!("--gateways starts gateways with --local; against --gateway URL, run the gateways yourself");
+                    }
                     let target = LiveTarget {
-                        gateway: gateway.trim_end_matches('/').to_owned(),
-                        gateway_metrics,
+                        gateways: LiveTarget::one_gateway(gateway.trim_end_matches('/').to_owned(), gateway_metrics),
+                        assignment: Default::default(),
                         replicas: endpoints,
                         model,
                         time_scale: local_args.time_scale,
@@ -319,8 +363,8 @@ fn main() -> Result<()> {
                         slo: Slo::default(),
                     };
                     let describe = RunDescription {
-                        runtime: format!("prefixgate loadgen {} live against {}", env!("CARGO_PKG_VERSION"), target.gateway),
-                        gateway: target.gateway.clone(),
+                        runtime: format!("prefixgate loadgen {} live against {}", env!("CARGO_PKG_VERSION"), target.gateway_urls()),
+                        gateway: target.gateway_urls(),
                         gpu_per_replica: "unknown".into(),
                     };
                     let runner = LiveRunner::new(http_client(), target);
@@ -329,12 +373,25 @@ fn main() -> Result<()> {
             })
         }
         Command::Operations(args) => operations_command::run(args),
+        Command::Replay(args) => replay_command::run(args),
         Command::Report {
             file,
             baseline,
             charts,
         } => {
-            if read_json(&file)?.get("slo").is_some() {
+            let json = read_json(&file)?;
+            if json.get("runs").is_some() && json.get("trace").is_some() {
+                let ours: ReplayResult = read_typed(&file)?;
+                print!("{}", report::render_replay_table(&ours));
+                if baseline.is_some() {
+                    eprintln!("a replay is reported alone; --baseline ignored");
+                }
+                if let Some(dir) = charts {
+                    write_charts(&dir, report::replay_charts(&ours))?;
+                }
+                return Ok(());
+            }
+            if json.get("slo").is_some() {
                 let ours: OperationsResult = read_typed(&file)?;
                 print!("{}", report::render_operations_table(&ours));
                 if let Some(base) = baseline.as_deref() {

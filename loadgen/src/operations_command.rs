@@ -107,8 +107,8 @@ pub fn run(args: OperationsArgs) -> Result<()> {
     } else {
         let gateway = gateway.context("--gateway URL is required without --local")?;
         OperationsTarget::Live(LiveTarget {
-            gateway: gateway.trim_end_matches('/').to_owned(),
-            gateway_metrics: None,
+            gateways: LiveTarget::one_gateway(gateway.trim_end_matches('/').to_owned(), None),
+            assignment: Default::default(),
             replicas: Vec::new(),
             model,
             time_scale: 1.0,

@@ -7,7 +7,7 @@
 
 use loadgen::report::table::replica_split;
 use loadgen::run::live::request::http_client;
-use loadgen::run::{LiveRunner, LocalOptions, LocalStack};
+use loadgen::run::{LiveRunner, LiveTarget, LocalOptions, LocalStack};
 use loadgen::workload::{AdmissionSpec, Matrix};
 use mock_engine::model::EngineProfile;
 use router_core::RouterConfig;
@@ -46,6 +46,8 @@ async fn stack() -> LocalStack {
         model: "m".into(),
         admission: AdmissionSpec::default(),
         routing: RouterConfig::default(),
+        gateways: 1,
+        assignment: Default::default(),
     };
     LocalStack::start(options)
         .await
@@ -80,8 +82,7 @@ async fn a_gateway_without_target_pod_gets_owners_and_split_from_engine_counters
     // Replica A's own endpoint stands in for a router that names no replica: every request
     // runs on A, and nothing says so but A's counters.
     let mut target = stack.target().clone();
-    target.gateway = target.replicas[0].base.clone();
-    target.gateway_metrics = None;
+    target.gateways = LiveTarget::one_gateway(target.replicas[0].base.clone(), None);
     let m = matrix("priming = \"warm\"");
     let runner = LiveRunner::new(http_client(), target);
     let result = runner.run_phase(&m.phases()[0]).await.expect("phase runs");

@@ -47,6 +47,8 @@ async fn run(file: &str, replicas: usize) -> OperationsPhaseResult {
         model: "m".into(),
         admission: AdmissionSpec::default(),
         routing: router_core::RouterConfig::default(),
+        gateways: 1,
+        assignment: Default::default(),
     })
     .await
     .expect("the stack starts");

@@ -9,6 +9,7 @@ pub mod operations_schema;
 pub mod phase;
 pub mod quantile;
 pub mod record;
+pub mod replay;
 pub mod schema;
 pub mod schema_check;
 
@@ -24,6 +25,10 @@ pub use operations_schema::{
 };
 pub use phase::{EngineCounters, Peaks, PhaseOutcome, ReplicaObservation, Slo, is_good, summarize};
 pub use record::{ErrorClass, RequestRecord, Usage};
+pub use replay::{
+    ReplayRecord, ReplayReplica, ReplayResult, ReplayRun, SloSummary, Tail, TraceSummary,
+    summarize_run,
+};
 pub use schema::{
     CounterDelta, FamilyResult, MatrixResult, PhaseConfig, PhaseResult, Quantiles, ReplicaResult,
 };

@@ -16,7 +16,8 @@ use mock_engine::model::EngineProfile;
 use mock_engine::server::{FailurePlan, ReplicaConfig, ReplicaHandle, spawn_replica};
 use router_core::RouterConfig;
 
-use super::live::{LiveTarget, ReplicaEndpoint};
+use super::assignment::GatewayAssignment;
+use super::live::{GatewayEndpoint, LiveTarget, ReplicaEndpoint};
 use crate::measure::Slo;
 use crate::workload::AdmissionSpec;
 
@@ -26,7 +27,8 @@ pub struct LocalStack {
     /// Behind a lock so a phase's cluster events can take one out (a drain) or add one (a
     /// scale-up) while the stack is shared; never held across an await.
     replicas: Mutex<Vec<ReplicaHandle>>,
-    gateway: GatewayHandle,
+    /// At least one (`LocalOptions::gateways`).
+    gateways: Vec<GatewayHandle>,
     target: LiveTarget,
     /// What a replica added later runs.
     options: LocalOptions,
@@ -49,11 +51,21 @@ pub struct LocalOptions {
     /// The gateway's routing settings (`loadgen` reads them from the environment variables
     /// prefixgate reads).
     pub routing: RouterConfig,
+    /// Gateway instances in front of the replicas (each its own index and load view), and
+    /// how the load generator spreads requests over them, as a Service would.
+    pub gateways: usize,
+    pub assignment: GatewayAssignment,
 }
 
 impl LocalStack {
-    /// Starts the replicas, then a gateway in front of them.
+    /// Starts the replicas, then the gateways in front of them.
     pub async fn start(options: LocalOptions) -> Result<LocalStack, String> {
+        if !(1..=16).contains(&options.gateways) {
+            return Err(format!(
+                "--gateways must be 1..=16 locally, got {}",
+                options.gateways
+            ));
+        }
         if !(options.time_scale.is_finite() && options.time_scale > 0.0) {
             return Err(format!(
                 "--time-scale must be > 0, got {}",
@@ -91,18 +103,30 @@ impl LocalStack {
             routing: options.routing.clone(),
             ..GatewayConfig::default()
         };
-        let gateway = match gateway::start(config).await {
-            Ok(g) => g,
-            Err(e) => {
-                for r in replicas {
-                    r.shutdown().await;
+        let mut gateways = Vec::with_capacity(options.gateways);
+        for g in 0..options.gateways {
+            match gateway::start(config.clone()).await {
+                Ok(handle) => gateways.push(handle),
+                Err(e) => {
+                    for handle in gateways {
+                        handle.shutdown().await;
+                    }
+                    for r in replicas {
+                        r.shutdown().await;
+                    }
+                    return Err(format!("starting gateway {g}: {e}"));
                 }
-                return Err(format!("starting the gateway: {e}"));
             }
-        };
+        }
         let target = LiveTarget {
-            gateway: gateway.url(),
-            gateway_metrics: Some(format!("http://{}/metrics", gateway.metrics_addr())),
+            gateways: gateways
+                .iter()
+                .map(|g| GatewayEndpoint {
+                    url: g.url(),
+                    metrics: Some(format!("http://{}/metrics", g.metrics_addr())),
+                })
+                .collect(),
+            assignment: options.assignment,
             replicas: replicas
                 .iter()
                 .map(|r| ReplicaEndpoint {
@@ -118,7 +142,7 @@ impl LocalStack {
         };
         Ok(LocalStack {
             replicas: Mutex::new(replicas),
-            gateway,
+            gateways,
             target,
             ever: Mutex::new(options.names.clone()),
             options,
@@ -130,9 +154,12 @@ impl LocalStack {
         &self.target
     }
 
-    /// `http://IP:PORT` of the gateway's metrics listener, where its admin API is.
+    /// `http://IP:PORT` of the first gateway's metrics listener, where its admin API is
+    /// (cluster events drive one gateway; the operations phases run with one).
     pub fn admin_base(&self) -> String {
-        format!("http://{}", self.gateway.metrics_addr())
+        self.gateways
+            .first()
+            .map_or_else(String::new, |g| format!("http://{}", g.metrics_addr()))
     }
 
     /// The names of the replicas running now, in start order.
@@ -140,10 +167,13 @@ impl LocalStack {
         self.running().iter().map(|r| r.name().to_owned()).collect()
     }
 
-    /// Requests the gateway counts as in flight, over all its replicas (0 once every
+    /// Requests the gateways count as in flight, over all their replicas (0 once every
     /// response has ended).
     pub fn gateway_outstanding(&self) -> u64 {
-        self.gateway.total_outstanding()
+        self.gateways
+            .iter()
+            .map(GatewayHandle::total_outstanding)
+            .sum()
     }
 
     /// Every replica name this stack has run, in start order.
@@ -184,9 +214,11 @@ impl LocalStack {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Stops the gateway, then the replicas.
+    /// Stops the gateways, then the replicas.
     pub async fn shutdown(self) {
-        self.gateway.shutdown().await;
+        for gateway in self.gateways {
+            gateway.shutdown().await;
+        }
         let replicas = self
             .replicas
             .into_inner()
@@ -269,6 +301,8 @@ mod tests {
             model: "m".into(),
             admission: AdmissionSpec::default(),
             routing: RouterConfig::default(),
+            gateways: 1,
+            assignment: GatewayAssignment::RoundRobin,
         }
     }
 

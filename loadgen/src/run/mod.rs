@@ -8,6 +8,7 @@
 //! - [`priming`]: the one priming routine both matrix runners use, over a small cluster
 //!   trait; [`setup`]: what priming produced and the phase's `config` block.
 
+pub mod assignment;
 pub mod live;
 pub mod local;
 pub mod operations;

@@ -25,6 +25,7 @@ pub mod prompt;
 pub mod scenario;
 pub mod schedule;
 pub mod seeding;
+pub mod trace;
 pub mod traffic;
 
 pub use admission::{AdmissionSpec, TenantLimit};
@@ -42,6 +43,7 @@ pub use priming::{
 };
 pub use scenario::{Priming, ScenarioSpec, WorkloadShape};
 pub use schedule::{PhaseSlot, plan_conversations, plan_requests};
+pub use trace::{Trace, TraceError, TraceRequest, TraceSlice};
 
 impl PhaseSpec {
     /// The prefix of candidate `candidate` in setup attempt `attempt` (families of cold and

@@ -15,9 +15,12 @@ use super::Seconds;
 const L20_QWEN27B_FP8: &str = include_str!("../../../config/engines/l20-qwen27b-fp8.toml");
 /// Near-zero step time and generous limits, for measuring the gateway's own overhead.
 const FAST: &str = include_str!("../../../config/engines/fast.toml");
+/// The same model on one NVIDIA H200, with a 256k context: long-context traffic (the
+/// Mooncake trace) that an L20's 32k context refuses.
+const H200_QWEN27B_FP8: &str = include_str!("../../../config/engines/h200-qwen27b-fp8.toml");
 
 /// The names [`EngineProfile::builtin`] knows, in a stable order (for `--help` texts).
-pub const BUILTIN_PROFILES: &[&str] = &["l20-qwen27b-fp8", "fast"];
+pub const BUILTIN_PROFILES: &[&str] = &["l20-qwen27b-fp8", "fast", "h200-qwen27b-fp8"];
 
 /// Limits and step-time coefficients of one engine. Step duration (reference §5.2):
 /// `T = t0 + a_d·decode_seqs + c_kv·Σ decode context + a_p·prefill tokens
@@ -79,6 +82,7 @@ impl EngineProfile {
         let text = match name {
             "l20-qwen27b-fp8" => L20_QWEN27B_FP8,
             "fast" => FAST,
+            "h200-qwen27b-fp8" => H200_QWEN27B_FP8,
             _ => return None,
         };
         // The embedded files are checked by this module's tests, so a failure here means the

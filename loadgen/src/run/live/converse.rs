@@ -15,6 +15,7 @@ use super::request::{HttpClient, PhaseClock, chat_messages_body, stream_request_
 use super::send::{Sent, unix_now};
 use super::target::LiveTarget;
 use crate::measure::{RequestRecord, Slo, is_good};
+use crate::run::assignment::Assigner;
 use crate::workload::{Conversation, Conversations, TurnEnd};
 
 /// What sending a phase's conversations produced: the turns sent, and those never sent
@@ -25,11 +26,13 @@ pub struct Conversed {
     pub abandoned: usize,
 }
 
-/// Sends every session of `source` through the target's gateway with the `routing-strategy`
-/// header `strategy`, and waits until every session is over.
+/// Sends every session of `source` through the target's gateways with the `routing-strategy`
+/// header `strategy`, and waits until every session is over. A session's turns all go through
+/// the gateway `assigner` picks for it (in session order).
 pub async fn send_conversations(
     client: &HttpClient,
     target: &LiveTarget,
+    assigner: &mut Assigner,
     source: Conversations,
     strategy: Option<&'static str>,
     progress: &Arc<PhaseProgress>,
@@ -44,7 +47,13 @@ pub async fn send_conversations(
     for session in source.into_sessions() {
         let session_target = SessionTarget {
             client: client.clone(),
-            url: format!("{}/v1/chat/completions", target.gateway),
+            url: format!(
+                "{}/v1/chat/completions",
+                target
+                    .gateways
+                    .get(assigner.next_gateway())
+                    .map_or("", |g| g.url.as_str())
+            ),
             model: target.model.clone(),
             limit: target.request_limit,
             strategy,

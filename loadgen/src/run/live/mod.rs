@@ -4,13 +4,16 @@
 //!
 //! - [`target`]: where to send and what to scrape (`--gateway`, `--replica NAME=URL`);
 //! - [`runner`]: the matrix's phases (priming, measured requests, scrapes);
-//! - [`send`]: planned requests at their times; [`converse`]: conversations, turn by turn;
+//! - [`replay`]: a trace's planned requests, one route at a time;
+//! - [`send`]: planned requests at their times, spread over the gateways; [`converse`]:
+//!   conversations, turn by turn;
 //! - [`request`]: one streamed request and its record; [`sse`]: the stream's lines;
 //! - [`scrape`], [`prom_text`]: reading Prometheus text; [`progress`]: the status line.
 
 pub mod converse;
 pub mod progress;
 pub mod prom_text;
+pub mod replay;
 pub mod request;
 pub mod runner;
 pub mod scrape;
@@ -20,4 +23,4 @@ pub mod target;
 
 pub use progress::PhaseProgress;
 pub use runner::{LiveError, LiveRunner, RunDescription};
-pub use target::{LiveTarget, ReplicaEndpoint};
+pub use target::{GatewayEndpoint, LiveTarget, ReplicaEndpoint};

@@ -14,16 +14,17 @@ use tokio::sync::watch;
 
 use super::converse::send_conversations;
 use super::progress::PhaseProgress;
-use super::prom_text::routing_deltas;
 use super::request::{HttpClient, PhaseClock, chat_body, stream_request};
-use super::scrape::{engine_counters, gateway_scrape, scrape_peaks};
+use super::scrape::{engine_counters, gateway_scrapes, scrape_peaks, summed_routing_deltas};
 use super::send::{Sent, send_planned};
 use super::target::LiveTarget;
 use crate::measure::{
     MatrixResult, PhaseOutcome, PhaseResult, ReplicaObservation, RequestRecord, summarize,
 };
+use crate::run::assignment::Assigner;
 use crate::run::priming::{PRIMING_MAX_TOKENS, PrimingCluster, PrimingError, PrimingRoute, prime};
 use crate::run::setup::phase_config;
+use crate::workload::seeding::rng_for;
 use crate::workload::{Matrix, PhaseSpec};
 
 /// The free-text top-level fields of a live result.
@@ -77,14 +78,30 @@ impl LiveRunner {
             .collect()
     }
 
-    fn gateway_chat(&self) -> String {
-        format!("{}/v1/chat/completions", self.target.gateway)
+    /// The chat URL of gateway `g`.
+    fn gateway_chat(&self, g: usize) -> Result<String, LiveError> {
+        let gateway = self
+            .target
+            .gateways
+            .get(g)
+            .ok_or_else(|| LiveError::Priming(format!("gateway {g} is not in the target")))?;
+        Ok(format!("{}/v1/chat/completions", gateway.url))
+    }
+
+    /// A fresh spread of requests over the gateways, seeded so two runs spread alike.
+    pub fn assigner(&self) -> Assigner {
+        let draw = rng_for(0, &["live gateway assignment"]);
+        Assigner::new(self.target.gateways.len(), self.target.assignment, draw)
     }
 
     /// Runs one phase: priming, measured requests, scrapes.
     pub async fn run_phase(&self, phase: &PhaseSpec) -> Result<PhaseResult, LiveError> {
+        // Priming and the measured requests reach the gateways in one sequence, as in the
+        // simulator.
+        let mut assigner = self.assigner();
         let mut primer = LivePrimer {
             runner: self,
+            assigner: &mut assigner,
             names_pods: None,
         };
         let setup = prime(&mut primer, phase).await?;
@@ -93,8 +110,7 @@ impl LiveRunner {
         let before = engine_counters(&self.client, &self.target.replicas)
             .await
             .map_err(LiveError::Scrape)?;
-        let gateway_before =
-            gateway_scrape(&self.client, self.target.gateway_metrics.as_deref()).await;
+        let gateway_before = gateway_scrapes(&self.client, &self.target.gateways).await;
         let (stop, stopped) = watch::channel(false);
         let scraper = tokio::spawn(scrape_peaks(
             self.client.clone(),
@@ -113,8 +129,15 @@ impl LiveRunner {
         ) = match phase.conversations(&setup.prefixes) {
             None => {
                 self.progress.start(&phase.name, plan.len());
-                let sent =
-                    send_planned(&self.client, &self.target, plan, strategy, &self.progress).await;
+                let sent = send_planned(
+                    &self.client,
+                    &self.target,
+                    &mut assigner,
+                    plan,
+                    strategy,
+                    &self.progress,
+                )
+                .await;
                 (sent, 0)
             }
             Some(source) => {
@@ -122,6 +145,7 @@ impl LiveRunner {
                 let done = send_conversations(
                     &self.client,
                     &self.target,
+                    &mut assigner,
                     source,
                     strategy,
                     &self.progress,
@@ -145,8 +169,7 @@ impl LiveRunner {
         let after = engine_counters(&self.client, &self.target.replicas)
             .await
             .map_err(LiveError::Scrape)?;
-        let gateway_after =
-            gateway_scrape(&self.client, self.target.gateway_metrics.as_deref()).await;
+        let gateway_after = gateway_scrapes(&self.client, &self.target.gateways).await;
 
         let replicas = self
             .target
@@ -160,10 +183,8 @@ impl LiveRunner {
                 peaks: peaks.get(i).copied().unwrap_or_default(),
             })
             .collect();
-        let routing_counter_deltas = match (gateway_before, gateway_after) {
-            (Some(b), Some(a)) => Some(routing_deltas(&b, &a)),
-            _ => None,
-        };
+        let routing_counter_deltas =
+            summed_routing_deltas(gateway_before.as_deref(), gateway_after.as_deref());
         let outcome = PhaseOutcome {
             config: phase_config(phase, setup.hot.as_ref()),
             clock_origin: unix_origin,
@@ -258,7 +279,7 @@ impl LiveRunner {
 }
 
 /// The live stack as the one priming routine sees it: direct requests go to a replica's own
-/// endpoint, routed ones through the gateway with the phase's route.
+/// endpoint, routed ones through the gateway `assigner` picks, with the phase's route.
 ///
 /// A gateway that names no replica (no `target-pod` header: the peer routers set none) is
 /// answered from the engines' own counters: priming sends one request at a time, so the
@@ -266,6 +287,7 @@ impl LiveRunner {
 /// Counters are read around routed requests only until the gateway is seen to name replicas.
 struct LivePrimer<'a> {
     runner: &'a LiveRunner,
+    assigner: &'a mut Assigner,
     /// Whether the gateway sets `target-pod`; `None` until a routed priming request says.
     names_pods: Option<bool>,
 }
@@ -288,9 +310,8 @@ impl LivePrimer<'_> {
                     .map_err(LiveError::Scrape)?,
             ),
         };
-        let record = runner
-            .prime_one(&runner.gateway_chat(), text, Some(route))
-            .await?;
+        let url = runner.gateway_chat(self.assigner.next_gateway())?;
+        let record = runner.prime_one(&url, text, Some(route)).await?;
         if record.target_pod.is_some() {
             self.names_pods = Some(true);
             return Ok(record.target_pod);
@@ -374,8 +395,11 @@ mod tests {
     fn unreachable() -> LiveTarget {
         // Port 1 on loopback: nothing listens there, so connections are refused at once.
         LiveTarget {
-            gateway: "http://127.0.0.1:1".into(),
-            gateway_metrics: Some("http://127.0.0.1:1/metrics".into()),
+            gateways: LiveTarget::one_gateway(
+                "http://127.0.0.1:1".into(),
+                Some("http://127.0.0.1:1/metrics".into()),
+            ),
+            assignment: Default::default(),
             replicas: vec![ReplicaEndpoint::parse("L20-A=http://127.0.0.1:1").unwrap()],
             model: "m".into(),
             time_scale: 1.0,

@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::prom_text::Scrape;
+use std::collections::BTreeMap;
+
+use super::prom_text::{Scrape, routing_deltas};
 use super::request::{HttpClient, get_text};
-use super::target::ReplicaEndpoint;
-use crate::measure::{EngineCounters, Peaks};
+use super::target::{GatewayEndpoint, ReplicaEndpoint};
+use crate::measure::{CounterDelta, EngineCounters, Peaks};
 
 /// Wall-time bound on one scrape.
 const SCRAPE_LIMIT: Duration = Duration::from_secs(5);
@@ -50,6 +52,43 @@ pub async fn engine_counters(
 pub async fn gateway_scrape(client: &HttpClient, url: Option<&str>) -> Option<Scrape> {
     let text = get_text(client, url?, SCRAPE_LIMIT).await.ok()?;
     Some(Scrape::parse(&text))
+}
+
+/// Every gateway's metrics, or `None` when one of them cannot be read (the routing counters
+/// would then be short of its decisions).
+pub async fn gateway_scrapes(
+    client: &HttpClient,
+    gateways: &[GatewayEndpoint],
+) -> Option<Vec<Scrape>> {
+    let mut scrapes = Vec::with_capacity(gateways.len());
+    for gateway in gateways {
+        scrapes.push(gateway_scrape(client, gateway.metrics.as_deref()).await?);
+    }
+    Some(scrapes)
+}
+
+/// The routing counter deltas of all the gateways together: each series' deltas summed over
+/// the gateways, sorted by name then labels (`None` when a scrape is missing).
+pub fn summed_routing_deltas(
+    before: Option<&[Scrape]>,
+    after: Option<&[Scrape]>,
+) -> Option<Vec<CounterDelta>> {
+    let (before, after) = (before?, after?);
+    let mut sums: BTreeMap<(String, BTreeMap<String, String>), f64> = BTreeMap::new();
+    for (b, a) in before.iter().zip(after) {
+        for d in routing_deltas(b, a) {
+            *sums.entry((d.name, d.labels)).or_default() += d.delta;
+        }
+    }
+    Some(
+        sums.into_iter()
+            .map(|((name, labels), delta)| CounterDelta {
+                name,
+                labels,
+                delta,
+            })
+            .collect(),
+    )
 }
 
 /// Scrapes every replica's gauges every [`SCRAPE_PERIOD`] engine seconds until told to stop.

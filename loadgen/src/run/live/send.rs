@@ -15,6 +15,7 @@ use super::progress::PhaseProgress;
 use super::request::{HttpClient, PhaseClock, chat_messages_body, stream_request};
 use super::target::LiveTarget;
 use crate::measure::{RequestRecord, is_good};
+use crate::run::assignment::Assigner;
 use crate::workload::PlannedRequest;
 
 /// What sending a plan produced.
@@ -26,12 +27,14 @@ pub struct Sent {
     pub unix_origin: f64,
 }
 
-/// Sends `plan` (in arrival order) to the target's gateway with the `routing-strategy`
-/// header `strategy` (none: the gateway's default), and waits until every request has ended.
-/// `progress` counts sends, ends and good requests as they happen.
+/// Sends `plan` (in arrival order) to the target's gateways, each request to the gateway
+/// `assigner` picks, with the `routing-strategy` header `strategy` (none: the gateway's
+/// default), and waits until every request has ended. `progress` counts sends, ends and good
+/// requests as they happen.
 pub async fn send_planned(
     client: &HttpClient,
     target: &LiveTarget,
+    assigner: &mut Assigner,
     plan: Vec<PlannedRequest>,
     strategy: Option<&'static str>,
     progress: &Arc<PhaseProgress>,
@@ -43,13 +46,21 @@ pub async fn send_planned(
         scale: target.time_scale,
     };
     let unix_origin = unix_now() + lead.as_secs_f64();
-    let url = format!("{}/v1/chat/completions", target.gateway);
+    let urls: Vec<String> = target
+        .gateways
+        .iter()
+        .map(|g| format!("{}/v1/chat/completions", g.url))
+        .collect();
     let planned = plan.len();
     let mut tasks = JoinSet::new();
     for request in plan {
         tokio::time::sleep_until(clock.instant(request.at)).await;
         let record = RequestRecord::sent(request.index, request.family, request.at, 0.0);
-        let (client, url, limit) = (client.clone(), url.clone(), target.request_limit);
+        let Some(url) = urls.get(assigner.next_gateway()).cloned() else {
+            // A target without gateways sends nothing; its requests count as lost.
+            continue;
+        };
+        let (client, limit) = (client.clone(), target.request_limit);
         let (progress, slo, model) = (Arc::clone(progress), target.slo, target.model.clone());
         progress.sent.fetch_add(1, Ordering::Relaxed);
         tasks.spawn(async move {

@@ -1,9 +1,20 @@
-//! Where the live runner sends traffic and reads metrics: the gateway, its metrics URL and
-//! every replica's base URL (`--replica NAME=URL`), with the limits of one live run.
+//! Where the live runner sends traffic and reads metrics: the gateways (one, or several
+//! behind what a Service would do), their metrics URLs and every replica's base URL
+//! (`--replica NAME=URL`), with the limits of one live run.
 
 use std::time::Duration;
 
 use crate::measure::Slo;
+use crate::run::assignment::GatewayAssignment;
+
+/// One gateway as the live runner sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayEndpoint {
+    /// Its base URL, e.g. `http://127.0.0.1:8080`.
+    pub url: String,
+    /// Its metrics URL (`None`: routing counter deltas are `null`).
+    pub metrics: Option<String>,
+}
 
 /// One replica as the live runner sees it.
 #[derive(Debug, Clone)]
@@ -35,10 +46,9 @@ impl ReplicaEndpoint {
 /// Where the live runner sends traffic and reads metrics.
 #[derive(Debug, Clone)]
 pub struct LiveTarget {
-    /// The gateway's base URL.
-    pub gateway: String,
-    /// The gateway's metrics URL (`None`: routing counter deltas are `null`).
-    pub gateway_metrics: Option<String>,
+    /// The gateways, at least one; requests are spread over them as `assignment` says.
+    pub gateways: Vec<GatewayEndpoint>,
+    pub assignment: GatewayAssignment,
     pub replicas: Vec<ReplicaEndpoint>,
     pub model: String,
     /// Engine time per wall second (1 for real engines).
@@ -46,6 +56,19 @@ pub struct LiveTarget {
     /// Wall-time bound on one request.
     pub request_limit: Duration,
     pub slo: Slo,
+}
+
+impl LiveTarget {
+    /// A target with one gateway.
+    pub fn one_gateway(url: String, metrics: Option<String>) -> Vec<GatewayEndpoint> {
+        vec![GatewayEndpoint { url, metrics }]
+    }
+
+    /// The gateways' URLs, comma-separated (for descriptions).
+    pub fn gateway_urls(&self) -> String {
+        let urls: Vec<&str> = self.gateways.iter().map(|g| g.url.as_str()).collect();
+        urls.join(", ")
+    }
 }
 
 #[cfg(test)]

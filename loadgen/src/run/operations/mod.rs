@@ -131,7 +131,9 @@ impl OperationsRunner {
         let shared = Arc::new(phase.clone());
         let send = {
             let (client, header) = (self.client.clone(), self.tenant_header.clone());
-            let url = format!("{}/v1/chat/completions", target.gateway);
+            // The operations phases run against one gateway (the first).
+            let gateway = target.gateways.first().map_or("", |g| g.url.as_str());
+            let url = format!("{gateway}/v1/chat/completions");
             let (model, limit, slo) = (target.model.clone(), target.request_limit, target.slo);
             let progress = Arc::clone(&self.progress);
             let phase = Arc::clone(&shared);

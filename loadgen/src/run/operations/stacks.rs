@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::{OperationsRunner, StackShape};
 use crate::measure::{OperationsPhaseResult, OperationsResult, Slo, SloSeconds};
+use crate::run::assignment::GatewayAssignment;
 use crate::run::live::LiveTarget;
 use crate::run::local::{LocalOptions, LocalStack};
 use crate::run::sim::SimOptions;
@@ -101,6 +102,8 @@ impl LocalStacks {
                 model: self.model.clone(),
                 admission: shape.admission.clone(),
                 routing: self.routing.clone(),
+                gateways: 1,
+                assignment: GatewayAssignment::RoundRobin,
             })
             .await?;
             self.current = Some((shape.clone(), stack));
@@ -222,9 +225,9 @@ pub async fn run_operations(
             runtime_version: format!(
                 "prefixgate loadgen {} live against {}",
                 env!("CARGO_PKG_VERSION"),
-                live.gateway
+                live.gateway_urls()
             ),
-            aibrix_version: live.gateway.clone(),
+            aibrix_version: live.gateway_urls(),
             gpu: "unknown".to_owned(),
             max_model_len: 0,
             model: live.model,

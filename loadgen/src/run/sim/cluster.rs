@@ -22,18 +22,20 @@
 //! are hashed on the engine's token ids, as the gateway does with `[kv_sync]` on.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use mock_engine::model::{EngineModel, EngineProfile, EngineRequest, FinishReason, RequestId};
 use rand::rngs::StdRng;
 use router_core::kv_sync::token_bytes;
 use router_core::{
-    Candidate, Decision, EngineStats, InFlight, PodLoad, RouteError, RouteRequest, Router, Strategy,
+    Candidate, Decision, EngineStats, InFlight, RouteError, RouteRequest, Router, Strategy,
 };
 
+use super::gateways::{GatewayEvent, Gateways, PeerSharing};
 use super::kv_sync::{ClusterSync, KvSyncStats};
 use crate::measure::{EngineCounters, ErrorClass, Peaks, RequestRecord, Usage};
+use crate::run::assignment::GatewayAssignment;
 use crate::workload::chat::engine_prompt;
+use crate::workload::seeding::rng_for;
 use crate::workload::{PlannedRequest, Prompt};
 
 /// A closed-loop source's answer to a request's end: what became of it and, for a chat that
@@ -119,8 +121,11 @@ pub enum SimError {
 struct Flight {
     /// Index into the `Served` list being filled.
     slot: usize,
-    /// `None` for requests sent straight to an engine.
-    routed: Option<InFlight>,
+    /// The engine it runs on.
+    engine: usize,
+    /// The gateway that routed it and its lifecycle in that gateway's load view; `None` for
+    /// requests sent straight to an engine.
+    routed: Option<(usize, InFlight)>,
     /// A chat's answer as the engine streams it (its next turn carries it); `None` for
     /// other prompts, which nothing reads back.
     answer: Option<String>,
@@ -128,18 +133,30 @@ struct Flight {
 
 impl Flight {
     /// The first token came at `now` (seconds): the request's pending prefill ends, as at the
-    /// gateway's first response byte.
-    fn first_token(&mut self, now: f64) {
-        if let Some(routed) = self.routed.as_mut() {
+    /// gateway's first response byte, and the gateway's peers hear of it.
+    fn first_token(&mut self, gateways: &mut Gateways, now: f64) {
+        if let Some((gateway, routed)) = self.routed.as_mut() {
             routed.first_byte(millis(now));
+            let event = GatewayEvent::FirstToken { pod: self.engine };
+            gateways.publish(*gateway, event, now);
         }
     }
 
     /// The last token came at `now`: the request ends with the engine's usage and releases
     /// its count exactly then.
-    fn end(&mut self, now: f64, usage: Option<router_core::Usage>) {
-        if let Some(routed) = self.routed.take() {
+    fn end(&mut self, gateways: &mut Gateways, now: f64, usage: Option<router_core::Usage>) {
+        if let Some((gateway, routed)) = self.routed.take() {
             routed.end(millis(now), usage);
+            gateways.publish(gateway, GatewayEvent::Ended { pod: self.engine }, now);
+        }
+    }
+
+    /// The request was cut or refused at `now`: its count is released and it teaches nothing
+    /// about the replica's speed.
+    fn cut(&mut self, gateways: &mut Gateways, now: f64) {
+        if let Some((gateway, routed)) = self.routed.take() {
+            drop(routed);
+            gateways.publish(gateway, GatewayEvent::Ended { pod: self.engine }, now);
         }
     }
 }
@@ -158,18 +175,18 @@ fn millis(seconds: f64) -> u64 {
     (seconds * 1000.0) as u64
 }
 
-/// N engines, their loads and a router, on one virtual clock.
+/// N engines and the gateways in front of them (one by default), on one virtual clock.
 #[derive(Debug)]
 pub struct SimCluster {
     names: Vec<String>,
     engines: Vec<EngineModel>,
-    loads: Vec<Arc<PodLoad>>,
-    router: Router,
+    gateways: Gateways,
+    /// The routers' random draws (tie-breaks, `random`'s picks), shared by all gateways.
     rng: StdRng,
     model: String,
     now: f64,
-    /// KV-event sync state, when on.
-    sync: Option<ClusterSync>,
+    /// KV-event sync is on (each gateway holds its own subscriptions).
+    kv_sync: bool,
 }
 
 impl SimCluster {
@@ -185,19 +202,38 @@ impl SimCluster {
         rng: StdRng,
         model: &str,
     ) -> Self {
+        let gateways = Gateways::new(
+            vec![router],
+            names.len(),
+            GatewayAssignment::RoundRobin,
+            rng_for(0, &["one gateway"]),
+        );
+        Self::with_gateways(names, profiles, gateways, rng, model)
+    }
+
+    /// [`SimCluster::new`] behind several gateways (each its own router and load view).
+    ///
+    /// # Panics
+    /// If `profiles` is empty.
+    pub fn with_gateways(
+        names: Vec<String>,
+        profiles: &[EngineProfile],
+        gateways: Gateways,
+        rng: StdRng,
+        model: &str,
+    ) -> Self {
         SimCluster {
             engines: names
                 .iter()
                 .enumerate()
                 .map(|(i, _)| EngineModel::new(profiles[i % profiles.len()].clone()))
                 .collect(),
-            loads: names.iter().map(|_| PodLoad::new()).collect(),
             names,
-            router,
+            gateways,
             rng,
             model: model.to_owned(),
             now: 0.0,
-            sync: None,
+            kv_sync: false,
         }
     }
 
@@ -206,7 +242,7 @@ impl SimCluster {
     /// Fails when the router's block size (bytes of 4-byte token ids) is not a whole number
     /// of engine blocks: every `BlockStored` would then be refused.
     pub fn with_kv_sync(mut self) -> Result<Self, SimError> {
-        let router_bytes = self.router.config().block_size;
+        let router_bytes = self.router().config().block_size;
         for engine in &mut self.engines {
             let engine_bytes = 4 * engine.profile().block_size;
             if engine_bytes == 0 || router_bytes % engine_bytes != 0 {
@@ -217,18 +253,39 @@ impl SimCluster {
             }
             engine.set_kv_events(true);
         }
-        self.sync = Some(ClusterSync::new(self.engines.len(), &self.model));
+        // Every gateway subscribes to every engine.
+        for gateway in self.gateways.iter_mut() {
+            gateway.sync = Some(ClusterSync::new(self.engines.len(), &self.model));
+        }
+        self.kv_sync = true;
         Ok(self)
     }
 
-    /// What KV-event sync has applied so far (`None` when it is off).
-    pub fn kv_sync_stats(&self) -> Option<&KvSyncStats> {
-        self.sync.as_ref().map(ClusterSync::stats)
+    /// What KV-event sync has applied so far, over every gateway's subscriptions (`None`
+    /// when it is off).
+    pub fn kv_sync_stats(&self) -> Option<KvSyncStats> {
+        self.gateways.kv_sync_stats()
     }
 
-    /// The router, with its prefix index.
+    /// The first gateway's router, with its prefix index.
+    ///
+    /// # Panics
+    /// Never: a cluster has at least one gateway ([`Gateways::new`] is given its routers).
     pub fn router(&self) -> &Router {
-        &self.router
+        match self.gateways.get(0) {
+            Some(gateway) => &gateway.router,
+            None => unreachable!("a cluster has at least one gateway"),
+        }
+    }
+
+    /// The gateways.
+    pub fn gateways(&self) -> &Gateways {
+        &self.gateways
+    }
+
+    /// Replaces what the gateways share (default: nothing, see [`super::gateways`]).
+    pub fn set_peer_sharing(&mut self, peers: Box<dyn PeerSharing>) {
+        self.gateways.set_peer_sharing(peers);
     }
 
     /// Replica names, in index order.
@@ -258,21 +315,30 @@ impl SimCluster {
             .collect()
     }
 
-    /// Gateway-side outstanding counts (all zero between phases when guards are released).
+    /// Gateway-side outstanding counts, summed over the gateways (all zero between phases
+    /// when guards are released).
     pub fn outstanding(&self) -> Vec<u64> {
-        self.loads.iter().map(|l| l.outstanding()).collect()
+        (0..self.engines.len())
+            .map(|i| {
+                let loads = self.gateways.iter().filter_map(|g| g.loads.get(i));
+                loads.map(|l| l.outstanding()).sum()
+            })
+            .collect()
     }
 
-    /// Holds enough outstanding counts on every replica except `replica` that each has more
-    /// than `replica` while the returned guards live.
-    fn load_all_above(&self, replica: usize) -> Result<Vec<InFlight>, SimError> {
-        let floor = self
-            .loads
+    /// Holds enough outstanding counts in `gateway`'s view on every replica except `replica`
+    /// that each has more than `replica` while the returned guards live.
+    fn load_all_above(&self, gateway: usize, replica: usize) -> Result<Vec<InFlight>, SimError> {
+        let loads = &self
+            .gateways
+            .get(gateway)
+            .ok_or(SimError::Config(format!("no gateway {gateway}")))?
+            .loads;
+        let floor = loads
             .get(replica)
             .ok_or(SimError::NoSuchReplica(replica))?
             .outstanding();
-        Ok(self
-            .loads
+        Ok(loads
             .iter()
             .enumerate()
             .filter(|(i, _)| *i != replica)
@@ -311,12 +377,17 @@ impl SimCluster {
             .names
             .get(engine)
             .ok_or(SimError::NoSuchReplica(engine))?;
-        let hashes = self
-            .router
-            .hashes(text)
-            .map_err(|e| SimError::Config(format!("tokenizing a priming prompt: {e}")))?;
         let now_ms = (self.now * 1000.0) as u64;
-        self.router.index().add(&self.model, &hashes, name, now_ms);
+        for gateway in self.gateways.iter() {
+            let hashes = gateway
+                .router
+                .hashes(text)
+                .map_err(|e| SimError::Config(format!("tokenizing a priming prompt: {e}")))?;
+            gateway
+                .router
+                .index()
+                .add(&self.model, &hashes, name, now_ms);
+        }
         Ok(())
     }
 
@@ -368,6 +439,9 @@ impl SimCluster {
             if peaks.is_some() {
                 t = t.min(next_scrape);
             }
+            if let Some(due) = self.gateways.next_delivery() {
+                t = t.min(due);
+            }
             self.now = t.max(self.now);
             if self.now - start > MAX_VIRTUAL_SECONDS {
                 return Err(SimError::Runaway("virtual time"));
@@ -383,7 +457,7 @@ impl SimCluster {
                     let record = &mut entry.record;
                     if out.index == 0 {
                         record.first_content = Some(out.at);
-                        flight.first_token(out.at);
+                        flight.first_token(&mut self.gateways, out.at);
                     }
                     record.last_token = Some(out.at);
                     record.usage = Some(Usage {
@@ -400,10 +474,9 @@ impl SimCluster {
                             record.error = Some(ErrorClass::StreamBroken);
                         }
                         if finish == FinishReason::Abort {
-                            // A cut stream teaches nothing about the replica's speed.
-                            drop(flight.routed.take());
+                            flight.cut(&mut self.gateways, out.at);
                         }
-                        flight.end(out.at, record.usage.map(engine_usage));
+                        flight.end(&mut self.gateways, out.at, record.usage.map(engine_usage));
                         let answer = flight.answer.take();
                         let slot = flight.slot;
                         in_flight.remove(&(engine, out.id));
@@ -413,29 +486,31 @@ impl SimCluster {
                         }
                     }
                 }
-                if let Some(sync) = self.sync.as_mut() {
-                    let batches = self.engines[engine].take_kv_event_batches();
-                    if !batches.is_empty() {
-                        let now_ms = (self.now * 1000.0) as u64;
-                        sync.apply(&self.router, engine, &self.names[engine], batches, now_ms);
-                    }
+                if self.kv_sync {
+                    self.apply_kv_events(engine);
                 }
             }
             if let Some(peaks) = peaks.as_deref_mut()
                 && next_scrape <= self.now
             {
-                for ((p, e), load) in peaks.iter_mut().zip(&self.engines).zip(&self.loads) {
+                for (i, (p, e)) in peaks.iter_mut().zip(&self.engines).enumerate() {
                     p.observe(e.num_waiting() as f64, e.num_running() as f64, e.kv_usage());
-                    // The gateway scrapes each engine's `/metrics` on the same period
-                    // (`engine_scrape.interval_ms` = 250) into its `PodLoad`.
-                    load.set_engine_stats(EngineStats {
+                    // Each gateway scrapes each engine's `/metrics` on the same period
+                    // (`engine_scrape.interval_ms` = 250) into its own `PodLoad`.
+                    let stats = EngineStats {
                         running: saturating_u32(e.num_running()),
                         waiting: saturating_u32(e.num_waiting()),
                         kv_usage: e.kv_usage(),
-                    });
+                    };
+                    for load in self.gateways.iter().filter_map(|g| g.loads.get(i)) {
+                        load.set_engine_stats(stats);
+                    }
                 }
                 next_scrape += SCRAPE_PERIOD;
             }
+            // Shared routing state due now reaches the other gateways before any arrival
+            // at this time is routed.
+            self.gateways.deliver(self.now);
             while let Some(arrival) = arrivals.get(next_arrival)
                 && arrival.request.at <= self.now
             {
@@ -453,6 +528,30 @@ impl SimCluster {
             }
         }
         Err(SimError::Runaway("event count"))
+    }
+
+    /// Applies engine `engine`'s KV-cache events of the steps just run to every gateway's
+    /// index (each gateway subscribes to every engine).
+    fn apply_kv_events(&mut self, engine: usize) {
+        let batches = self.engines[engine].take_kv_event_batches();
+        if batches.is_empty() {
+            return;
+        }
+        let now_ms = (self.now * 1000.0) as u64;
+        let name = &self.names[engine];
+        let mut batches = batches;
+        let last = self.gateways.len().saturating_sub(1);
+        for (g, gateway) in self.gateways.iter_mut().enumerate() {
+            if let Some(sync) = gateway.sync.as_mut() {
+                // The last gateway takes the batches; the others get copies.
+                let these = if g == last {
+                    std::mem::take(&mut batches)
+                } else {
+                    batches.clone()
+                };
+                sync.apply(&gateway.router, engine, name, these, now_ms);
+            }
+        }
     }
 
     /// Routes (if asked) and submits one arrival at the current time.
@@ -475,7 +574,7 @@ impl SimCluster {
             ),
             _ => (mock_engine::tokenizer::encode(&text), None),
         };
-        let (engine, decision, guard) = match arrival.target {
+        let (engine, decision, routed) = match arrival.target {
             Target::Direct(engine) => {
                 if engine >= self.engines.len() {
                     return Err(SimError::NoSuchReplica(engine));
@@ -483,20 +582,25 @@ impl SimCluster {
                 (engine, None, None)
             }
             Target::Routed(strategy) | Target::RoutedOnto(strategy, _) => {
+                let g = self.gateways.assign();
                 let _hold = match arrival.target {
-                    Target::RoutedOnto(_, replica) => self.load_all_above(replica)?,
+                    Target::RoutedOnto(_, replica) => self.load_all_above(g, replica)?,
                     _ => Vec::new(),
                 };
+                let gateway = self
+                    .gateways
+                    .get(g)
+                    .ok_or(SimError::Config(format!("no gateway {g}")))?;
                 let candidates: Vec<Candidate<'_>> = self
                     .names
                     .iter()
-                    .zip(&self.loads)
+                    .zip(&gateway.loads)
                     .map(|(name, load)| Candidate { name, load })
                     .collect();
                 // With sync the gateway asks the engine's `/tokenize` and hashes those ids
                 // (4 bytes big-endian each), the bytes the engine's events carry.
-                let tokens = (self.sync.is_some() && strategy.uses_prefix_index())
-                    .then(|| token_bytes(&prompt));
+                let tokens =
+                    (self.kv_sync && strategy.uses_prefix_index()).then(|| token_bytes(&prompt));
                 let request = RouteRequest {
                     model: &self.model,
                     text: &text,
@@ -504,15 +608,18 @@ impl SimCluster {
                 };
                 let now_ms = (self.now * 1000.0) as u64;
                 let routed =
-                    self.router
+                    gateway
+                        .router
                         .route(strategy, &request, &candidates, &mut self.rng, now_ms)?;
                 record.target_pod = Some(routed.decision.pod_name.clone());
                 record.outstanding_at_selection = Some(routed.decision.outstanding_at_selection);
-                (
-                    routed.decision.pod,
-                    Some(routed.decision),
-                    Some(routed.guard),
-                )
+                let pod = routed.decision.pod;
+                let event = GatewayEvent::Decided {
+                    pod,
+                    decision: &routed.decision,
+                };
+                self.gateways.publish(g, event, self.now);
+                (pod, Some(routed.decision), Some((g, routed.guard)))
             }
         };
         let request = EngineRequest {
@@ -530,7 +637,8 @@ impl SimCluster {
                 };
                 let flight = Flight {
                     slot,
-                    routed: guard,
+                    engine,
+                    routed,
                     answer,
                 };
                 Ok((served, Some((engine, id, flight))))
@@ -538,6 +646,13 @@ impl SimCluster {
             Err(_) => {
                 // vLLM answers 400 (context length); the guard drops here, as the gateway's
                 // body guard does when the upstream answers with an error.
+                let mut refused = Flight {
+                    slot,
+                    engine,
+                    routed,
+                    answer: None,
+                };
+                refused.cut(&mut self.gateways, self.now);
                 record.status = Some(400);
                 record.error = Some(ErrorClass::Status);
                 let served = Served {

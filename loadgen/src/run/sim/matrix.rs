@@ -94,10 +94,19 @@ pub fn simulate_matrix_runs(
     let sync_note = synced.map_or(String::new(), |s| {
         format!(", KV-event sync: {}", s.summary())
     });
+    let gateway_note = if options.gateways > 1 {
+        format!(
+            ", {} gateways ({})",
+            options.gateways,
+            options.gateway_assignment.as_str()
+        )
+    } else {
+        String::new()
+    };
     let result = MatrixResult {
         model: options.model.clone(),
         runtime: format!(
-            "prefixgate loadgen {} simulate (mock-engine profile {}{sync_note})",
+            "prefixgate loadgen {} simulate (mock-engine profile {}{gateway_note}{sync_note})",
             env!("CARGO_PKG_VERSION"),
             options.profile_names()
         ),
@@ -216,7 +225,7 @@ pub fn simulate_phase_run(
     Ok(PhaseRun {
         result: summarize(&outcome, &options.slo),
         served,
-        kv_sync: cluster.kv_sync_stats().cloned(),
+        kv_sync: cluster.kv_sync_stats(),
     })
 }
 

@@ -431,3 +431,58 @@ fn unequal_replicas_run_their_own_profiles() {
         "unequal no faster than all L20"
     );
 }
+
+/// Several gateways: every request is still measured once, each decision tallied once, and
+/// every gateway's outstanding counts return to zero; one gateway is the default and routes
+/// exactly as a cluster built without gateways.
+#[test]
+fn several_gateways_measure_every_request_and_release_every_count() {
+    let matrix = reduced(12)
+        .with_routes(&["least-request".into(), "prefix-cache".into()])
+        .unwrap();
+    let mut three = options();
+    three.gateways = 3;
+    three.gateway_assignment = crate::run::assignment::GatewayAssignment::Random;
+    let result = simulate_matrix(&matrix, &three, &mut |_, _| {}).expect("simulates");
+    assert!(
+        result.runtime.contains("3 gateways (random)"),
+        "{}",
+        result.runtime
+    );
+    for p in &result.phases {
+        assert_eq!((p.requests, p.success), (12, 12), "{}", p.phase);
+        let routed: usize = p.replicas.values().map(|r| r.requests).sum();
+        assert_eq!(routed, 12, "{}", p.phase);
+        if p.route == "prefix-cache" {
+            let deltas = p.routing_counter_deltas.as_ref().unwrap();
+            let selections: f64 = deltas
+                .iter()
+                .filter(|d| d.name == crate::measure::counters::SELECTION)
+                .map(|d| d.delta)
+                .sum();
+            assert_eq!(selections, 12.0, "{}", p.phase);
+        }
+    }
+    let phase = &matrix.phases()[5]; // r1-hot50-prefix-cache
+    let (mut cluster, setup) = primed_cluster(phase, &three);
+    let origin = cluster.now();
+    let arrivals = phase
+        .planned_requests(&setup.prefixes)
+        .into_iter()
+        .map(|r| Arrival {
+            request: PlannedRequest {
+                at: origin + r.at,
+                ..r
+            },
+            target: Target::Routed(phase.route),
+        })
+        .collect();
+    cluster.drive(arrivals, None).unwrap();
+    assert_eq!(cluster.gateways().len(), 3);
+    for gateway in cluster.gateways().iter() {
+        let counts: Vec<u64> = gateway.loads.iter().map(|l| l.outstanding()).collect();
+        assert_eq!(counts, vec![0, 0]);
+    }
+    // The default is one gateway: the same figures as the options without the field set.
+    assert_eq!(options().gateways, 1);
+}

@@ -6,18 +6,23 @@
 //!   planned requests and turns tokens into records (the sink every workload feeds);
 //! - [`matrix`]: the matrix's phases on fresh clusters (`loadgen simulate`);
 //! - [`converse`]: a conversation scenario's sessions, closed loop;
+//! - [`replay`]: a trace's planned requests, route after route, on fresh clusters;
+//! - [`gateways`]: G gateways in front of the cluster, and the seam for shared state;
 //! - [`priming`]: the cluster as the one priming routine sees it;
 //! - [`kv_sync`]: the engines' KV-cache events applied to the router's index;
 //! - [`options`]: what to simulate; [`trace_lines`]: the per-request explanation file.
 
 pub mod cluster;
 pub mod converse;
+pub mod gateways;
 pub mod kv_sync;
 pub mod matrix;
 pub mod options;
 pub mod priming;
+pub mod replay;
 pub mod trace_lines;
 
+pub use crate::run::assignment::GatewayAssignment;
 pub use cluster::{Arrival, Served, SimCluster, SimError, Target};
 pub use kv_sync::KvSyncStats;
 pub use matrix::{

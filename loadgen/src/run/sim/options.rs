@@ -3,10 +3,13 @@
 
 use mock_engine::model::EngineProfile;
 use rand::rngs::StdRng;
+use rand::{RngCore, SeedableRng};
 use router_core::{Router, RouterConfig};
 
 use super::cluster::{SimCluster, SimError};
+use super::gateways::Gateways;
 use crate::measure::Slo;
+use crate::run::assignment::GatewayAssignment;
 
 /// How to simulate.
 #[derive(Debug, Clone)]
@@ -58,6 +61,11 @@ pub struct SimOptions {
     /// default, is the one every published figure used; another number replays the same
     /// arrivals with other coin flips, which tells a route's luck from its rule.
     pub routing_draw: u64,
+    /// Gateways in front of the replicas (1 by default): each its own router, prefix index
+    /// and load view, as independent gateway replicas behind a Service (`super::gateways`).
+    pub gateways: usize,
+    /// How routed requests are spread over the gateways.
+    pub gateway_assignment: GatewayAssignment,
 }
 
 impl SimOptions {
@@ -76,6 +84,8 @@ impl SimOptions {
             kv_sync: false,
             first_owners: None,
             routing_draw: 0,
+            gateways: 1,
+            gateway_assignment: GatewayAssignment::RoundRobin,
         }
     }
 
@@ -92,16 +102,29 @@ impl SimOptions {
         names.join(", ")
     }
 
-    /// A fresh cluster of these replicas, engines and router, routing with `rng`.
+    /// A fresh cluster of these replicas, engines and gateways, routing with `rng`.
     pub fn cluster(&self, rng: StdRng) -> Result<SimCluster, SimError> {
-        let router = Router::new(self.router.clone())
+        if !(1..=64).contains(&self.gateways) {
+            return Err(SimError::Config(format!(
+                "--gateways must be 1..=64, got {}",
+                self.gateways
+            )));
+        }
+        let routers = (0..self.gateways)
+            .map(|_| Router::new(self.router.clone()))
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| SimError::Config(format!("router configuration: {e}")))?;
         let profiles = if self.replica_profiles.is_empty() {
             std::slice::from_ref(&self.profile)
         } else {
             &self.replica_profiles
         };
-        let cluster = SimCluster::new(self.replica_names(), profiles, router, rng, &self.model);
+        // The assignment's draws are seeded from the routing draws' generator without
+        // consuming it, so one gateway routes exactly as before gateways existed.
+        let draw = StdRng::seed_from_u64(rng.clone().next_u64() ^ 0x6761_7465_7761_7973);
+        let gateways = Gateways::new(routers, self.replicas, self.gateway_assignment, draw);
+        let cluster =
+            SimCluster::with_gateways(self.replica_names(), profiles, gateways, rng, &self.model);
         if self.kv_sync {
             cluster.with_kv_sync()
         } else {
