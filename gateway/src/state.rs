@@ -23,6 +23,7 @@ pub struct RequestSettings {
     pub max_body_bytes: usize,
     pub first_byte_timeout: Duration,
     pub idle_timeout: Duration,
+    pub first_token_timeout: Duration,
     pub max_retries: u32,
     /// Consecutive refused connections before a replica is ejected (passive health).
     pub eject_after_failures: u32,
@@ -67,6 +68,7 @@ impl AppState {
                 max_body_bytes: 1024,
                 first_byte_timeout: Duration::from_secs(1),
                 idle_timeout: Duration::from_secs(1),
+                first_token_timeout: Duration::from_secs(1),
                 max_retries: 0,
                 eject_after_failures: 3,
                 engine_tokenize_timeout: None,

@@ -105,8 +105,12 @@ pub struct UpstreamConfig {
     pub connect_timeout_ms: u64,
     /// Time from sending a request to the replica's response headers; then 504.
     pub first_byte_timeout_ms: u64,
-    /// Longest silence between two body chunks once the response began.
+    /// Longest silence between two body chunks once the body began.
     pub idle_timeout_ms: u64,
+    /// Longest wait after the response headers for the body's first byte: a streamed
+    /// answer's first token, after queueing and prefill in the engine (a whole answer's
+    /// body, after its generation); then the stream ends with an error event (SSE) or is cut.
+    pub first_token_timeout_ms: u64,
     /// Further replicas tried when one fails before any response byte.
     pub max_retries: u32,
     /// Idle pooled connections are closed after this long.
@@ -119,6 +123,7 @@ impl Default for UpstreamConfig {
             connect_timeout_ms: 2_000,
             first_byte_timeout_ms: 120_000,
             idle_timeout_ms: 120_000,
+            first_token_timeout_ms: 300_000,
             max_retries: 2,
             pool_idle_timeout_secs: 90,
         }
@@ -285,6 +290,10 @@ impl GatewayConfig {
                 self.upstream.first_byte_timeout_ms,
             ),
             ("upstream.idle_timeout_ms", self.upstream.idle_timeout_ms),
+            (
+                "upstream.first_token_timeout_ms",
+                self.upstream.first_token_timeout_ms,
+            ),
             ("health.interval_ms", self.health.interval_ms),
             ("health.timeout_ms", self.health.timeout_ms),
             (
@@ -367,6 +376,9 @@ impl GatewayConfig {
     }
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_millis(self.upstream.idle_timeout_ms)
+    }
+    pub fn first_token_timeout(&self) -> Duration {
+        Duration::from_millis(self.upstream.first_token_timeout_ms)
     }
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs)

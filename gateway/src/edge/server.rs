@@ -179,6 +179,7 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
             max_body_bytes: config.max_body_bytes,
             first_byte_timeout: config.first_byte_timeout(),
             idle_timeout: config.idle_timeout(),
+            first_token_timeout: config.first_token_timeout(),
             max_retries: config.upstream.max_retries,
             eject_after_failures: config.health.eject_after_failures,
             engine_tokenize_timeout: config

@@ -153,6 +153,7 @@ async fn serve(
             clock: state.clock,
         },
     )
+    .with_first_token_limit(state.settings.first_token_timeout)
     .with_permit(permit)
     .with_ticket(picked.ticket)
     .with_token_hold(tokens);

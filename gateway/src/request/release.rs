@@ -38,6 +38,12 @@ pub enum StreamError {
     Upstream { pod: String, reason: String },
     #[error("replica {pod} sent nothing for {idle_ms} ms mid-response")]
     Idle { pod: String, idle_ms: u128 },
+    /// Nothing of the body within the first-token limit of the response headers: the
+    /// request waited in the engine's queue or prefill (or generated a whole answer) too long.
+    #[error(
+        "replica {pod} sent no response body (no first token) within {wait_ms} ms of its headers"
+    )]
+    FirstToken { pod: String, wait_ms: u128 },
 }
 
 /// What to record when the body finishes.
@@ -78,6 +84,9 @@ pub struct GuardedBody<B> {
     phase: Phase,
     sse: bool,
     idle: Duration,
+    /// The limit on the wait for the body's first frame (queueing and prefill in the
+    /// engine), which `idle` then takes over from.
+    first_token: Duration,
     /// Made on the first wait only: a small body that is whole when first polled (the usual
     /// non-streamed answer) never allocates or registers a timer.
     idle_timer: Option<Pin<Box<Sleep>>>,
@@ -109,12 +118,19 @@ impl<B> GuardedBody<B> {
             phase: Phase::Streaming,
             sse,
             idle,
+            first_token: idle,
             idle_timer: None,
             timer_armed: false,
             at_event_boundary: true,
             first_frame_seen: false,
             completion: Some(completion),
         }
+    }
+
+    /// Waits at most `limit` for the body's first frame (the idle limit by default).
+    pub fn with_first_token_limit(mut self, limit: Duration) -> Self {
+        self.first_token = limit;
+        self
     }
 
     /// Holds `permit` until the body ends, like the outstanding guard.
@@ -258,9 +274,14 @@ where
                 Poll::Ready(None)
             }
             Poll::Pending => {
+                let limit = if this.first_frame_seen {
+                    this.idle
+                } else {
+                    this.first_token
+                };
                 if !this.timer_armed {
                     this.timer_armed = true;
-                    let deadline = Instant::now() + this.idle;
+                    let deadline = Instant::now() + limit;
                     match this.idle_timer.as_mut() {
                         Some(timer) => timer.as_mut().reset(deadline),
                         None => {
@@ -272,10 +293,18 @@ where
                     && timer.as_mut().poll(cx).is_ready()
                 {
                     let pod = this.pod();
-                    return this.fail(StreamError::Idle {
-                        pod,
-                        idle_ms: this.idle.as_millis(),
-                    });
+                    let error = if this.first_frame_seen {
+                        StreamError::Idle {
+                            pod,
+                            idle_ms: limit.as_millis(),
+                        }
+                    } else {
+                        StreamError::FirstToken {
+                            pod,
+                            wait_ms: limit.as_millis(),
+                        }
+                    };
+                    return this.fail(error);
                 }
                 Poll::Pending
             }
@@ -545,8 +574,56 @@ mod tests {
         );
         let bytes = body.collect().await.unwrap().to_bytes();
         let text = std::str::from_utf8(&bytes).unwrap();
-        assert!(text.contains("sent nothing for 3000 ms"), "{text}");
+        assert!(text.contains("no first token) within 3000 ms"), "{text}");
         assert!(text.ends_with("data: [DONE]\n\n"));
+        assert_eq!(load.outstanding(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_token_has_its_own_limit_and_message() {
+        // 5 s in the engine's queue, then tokens 1 s apart: within a 10 s first-token limit
+        // though past the 3 s idle limit, which only counts once the body has begun.
+        let queued_then_silent = StreamBody::new(stream::unfold(0u8, |sent| async move {
+            let wait = match sent {
+                0 => Duration::from_secs(5),
+                1 => Duration::from_secs(1),
+                _ => return std::future::pending().await,
+            };
+            tokio::time::sleep(wait).await;
+            Some((
+                Ok::<_, String>(Frame::data(Bytes::from("data: x\n\n"))),
+                sent + 1,
+            ))
+        }));
+        let load = PodLoad::new();
+        let body = GuardedBody::new(
+            Box::pin(queued_then_silent),
+            load.acquire(),
+            true,
+            Duration::from_secs(3),
+            completion(),
+        )
+        .with_first_token_limit(Duration::from_secs(10));
+        let bytes = body.collect().await.unwrap().to_bytes();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(text.starts_with("data: x\n\ndata: x\n\n"), "{text}");
+        assert!(
+            text.contains("sent nothing for 3000 ms mid-response"),
+            "{text}"
+        );
+        // Past the first-token limit, the message says what was waited for.
+        let silent = StreamBody::new(stream::pending::<Result<Frame<Bytes>, String>>());
+        let body = GuardedBody::new(
+            silent,
+            load.acquire(),
+            true,
+            Duration::from_secs(3),
+            completion(),
+        )
+        .with_first_token_limit(Duration::from_secs(10));
+        let bytes = body.collect().await.unwrap().to_bytes();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(text.contains("no first token) within 10000 ms"), "{text}");
         assert_eq!(load.outstanding(), 0);
     }
 
