@@ -184,6 +184,11 @@ enum Command {
         routing_draw: u64,
         #[command(flatten)]
         gateways: GatewayArgs,
+        /// The gateways share routing state as prefixgate's [cluster] does (docs/CLUSTER.md):
+        /// each decision, first token and end reaches the other gateways this many
+        /// milliseconds after it is sent (0 allowed). Without it they share nothing.
+        #[arg(long, value_name = "MS")]
+        cluster_delay_ms: Option<f64>,
         #[command(flatten)]
         selection: Selection,
     },
@@ -258,8 +263,14 @@ fn main() -> Result<()> {
             kv_sync,
             routing_draw,
             gateways,
+            cluster_delay_ms,
             selection,
         } => {
+            if let Some(ms) = cluster_delay_ms
+                && !(ms.is_finite() && ms >= 0.0)
+            {
+                bail!("--cluster-delay-ms must be a number of milliseconds >= 0, got {ms}");
+            }
             let m = selection.matrix()?;
             let profiles = load_profiles(&engine_profile)?;
             let mut options = SimOptions::seed_like(profiles[0].clone());
@@ -273,6 +284,7 @@ fn main() -> Result<()> {
             options.routing_draw = routing_draw;
             options.gateways = gateways.gateways;
             options.gateway_assignment = gateways.gateway_assignment;
+            options.cluster_delay = cluster_delay_ms.map(|ms| ms / 1000.0);
             simulate(&m, &options, selection.out.as_deref(), trace.as_deref())
         }
         Command::Matrix {

@@ -126,6 +126,8 @@ struct Flight {
     /// The gateway that routed it and its lifecycle in that gateway's load view; `None` for
     /// requests sent straight to an engine.
     routed: Option<(usize, InFlight)>,
+    /// Its number across the cluster, naming it in what its gateway tells the others.
+    request: u64,
     /// A chat's answer as the engine streams it (its next turn carries it); `None` for
     /// other prompts, which nothing reads back.
     answer: Option<String>,
@@ -137,7 +139,10 @@ impl Flight {
     fn first_token(&mut self, gateways: &mut Gateways, now: f64) {
         if let Some((gateway, routed)) = self.routed.as_mut() {
             routed.first_byte(millis(now));
-            let event = GatewayEvent::FirstToken { pod: self.engine };
+            let event = GatewayEvent::FirstToken {
+                request: self.request,
+                pod: self.engine,
+            };
             gateways.publish(*gateway, event, now);
         }
     }
@@ -147,7 +152,7 @@ impl Flight {
     fn end(&mut self, gateways: &mut Gateways, now: f64, usage: Option<router_core::Usage>) {
         if let Some((gateway, routed)) = self.routed.take() {
             routed.end(millis(now), usage);
-            gateways.publish(gateway, GatewayEvent::Ended { pod: self.engine }, now);
+            self.ended(gateways, gateway, now);
         }
     }
 
@@ -156,8 +161,17 @@ impl Flight {
     fn cut(&mut self, gateways: &mut Gateways, now: f64) {
         if let Some((gateway, routed)) = self.routed.take() {
             drop(routed);
-            gateways.publish(gateway, GatewayEvent::Ended { pod: self.engine }, now);
+            self.ended(gateways, gateway, now);
         }
+    }
+
+    /// Its gateway tells the others that it ended.
+    fn ended(&self, gateways: &mut Gateways, gateway: usize, now: f64) {
+        let event = GatewayEvent::Ended {
+            request: self.request,
+            pod: self.engine,
+        };
+        gateways.publish(gateway, event, now);
     }
 }
 
@@ -187,6 +201,8 @@ pub struct SimCluster {
     now: f64,
     /// KV-event sync is on (each gateway holds its own subscriptions).
     kv_sync: bool,
+    /// Requests submitted so far (numbers each one for the gateways' peers).
+    submitted: u64,
 }
 
 impl SimCluster {
@@ -234,6 +250,7 @@ impl SimCluster {
             model: model.to_owned(),
             now: 0.0,
             kv_sync: false,
+            submitted: 0,
         }
     }
 
@@ -327,7 +344,8 @@ impl SimCluster {
     }
 
     /// Holds enough outstanding counts in `gateway`'s view on every replica except `replica`
-    /// that each has more than `replica` while the returned guards live.
+    /// that each has more than `replica` while the returned guards live (counting the
+    /// requests its peers told it of, as the policies do).
     fn load_all_above(&self, gateway: usize, replica: usize) -> Result<Vec<InFlight>, SimError> {
         let loads = &self
             .gateways
@@ -337,13 +355,13 @@ impl SimCluster {
         let floor = loads
             .get(replica)
             .ok_or(SimError::NoSuchReplica(replica))?
-            .outstanding();
+            .shared_outstanding();
         Ok(loads
             .iter()
             .enumerate()
             .filter(|(i, _)| *i != replica)
             .flat_map(|(_, load)| {
-                let short = (floor + 1).saturating_sub(load.outstanding());
+                let short = (floor + 1).saturating_sub(load.shared_outstanding());
                 (0..short).map(|_| load.acquire())
             })
             .collect())
@@ -563,6 +581,8 @@ impl SimCluster {
     ) -> Result<(Served, Option<(usize, RequestId, Flight)>), SimError> {
         let planned = &arrival.request;
         let mut record = RequestRecord::sent(planned.index, planned.family, planned.at, self.now);
+        let number = self.submitted;
+        self.submitted += 1;
         // A trace prompt's text is built here and dropped with this call. The router reads
         // the text the gateway would extract; the engine tokenizes what its server would
         // render (the same text, but a chat through its template).
@@ -615,8 +635,10 @@ impl SimCluster {
                 record.outstanding_at_selection = Some(routed.decision.outstanding_at_selection);
                 let pod = routed.decision.pod;
                 let event = GatewayEvent::Decided {
+                    request: number,
                     pod,
                     decision: &routed.decision,
+                    work: routed.guard.work(),
                 };
                 self.gateways.publish(g, event, self.now);
                 (pod, Some(routed.decision), Some((g, routed.guard)))
@@ -639,6 +661,7 @@ impl SimCluster {
                     slot,
                     engine,
                     routed,
+                    request: number,
                     answer,
                 };
                 Ok((served, Some((engine, id, flight))))
@@ -650,6 +673,7 @@ impl SimCluster {
                     slot,
                     engine,
                     routed,
+                    request: number,
                     answer: None,
                 };
                 refused.cut(&mut self.gateways, self.now);

@@ -7,13 +7,15 @@
 //! Without shared state the gateways are independent, as prefixgate's are today. What one
 //! gateway could tell the others is named here ([`GatewayEvent`]: a decision, a first token,
 //! an end) and handed, on the virtual clock, to a [`PeerSharing`]: the seam where shared
-//! routing state with a propagation delay plugs in. The only implementation today,
-//! [`Independent`], shares nothing.
+//! routing state with a propagation delay plugs in. [`Independent`] shares nothing;
+//! [`super::sharing::DelayedSharing`] shares as prefixgate's `[cluster]` does, each message
+//! reaching the other gateways a fixed delay later.
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use rand::rngs::StdRng;
+use router_core::load::RequestWork;
 use router_core::{Decision, PodLoad, Router};
 
 use super::kv_sync::{ClusterSync, KvSyncStats};
@@ -29,16 +31,22 @@ pub struct SimGateway {
     pub sync: Option<ClusterSync>,
 }
 
-/// What one gateway could tell the others about a request it routed to replica `pod`.
+/// What one gateway could tell the others about request `request` (numbered across the
+/// cluster) it routed to replica `pod`.
 #[derive(Debug, Clone, Copy)]
 pub enum GatewayEvent<'a> {
     /// It chose `pod` (the decision holds the prompt's block hashes when the route read the
-    /// index).
-    Decided { pod: usize, decision: &'a Decision },
+    /// index), and the request holds `work` there in its own load view.
+    Decided {
+        request: u64,
+        pod: usize,
+        decision: &'a Decision,
+        work: RequestWork,
+    },
     /// The request's first token arrived (its prefill is over).
-    FirstToken { pod: usize },
+    FirstToken { request: u64, pod: usize },
     /// The request ended (its outstanding count is released).
-    Ended { pod: usize },
+    Ended { request: u64, pod: usize },
 }
 
 /// Shares gateways' routing state on the virtual clock. The event loop publishes every

@@ -486,3 +486,30 @@ fn several_gateways_measure_every_request_and_release_every_count() {
     // The default is one gateway: the same figures as the options without the field set.
     assert_eq!(options().gateways, 1);
 }
+
+/// Gateways that share routing state with no propagation delay (`SimOptions::cluster_delay`)
+/// see what one gateway sees: every decision and release reaches the others before the next
+/// arrival. So three of them route exactly as one, every phase's figures the same, but for
+/// the outstanding count each gateway records at selection, which is its own (as prefixgate's
+/// is, docs/CLUSTER.md); sharing nothing, they do not.
+#[test]
+fn gateways_sharing_without_delay_route_as_one_gateway() {
+    let matrix = reduced(12)
+        .with_routes(&["prefix-cache".into(), "prefix-load".into()])
+        .unwrap();
+    let routing = |options: &SimOptions| {
+        let mut phases = simulate_matrix(&matrix, options, &mut |_, _| {})
+            .expect("simulates")
+            .phases;
+        for replica in phases.iter_mut().flat_map(|p| p.replicas.values_mut()) {
+            replica.gateway_outstanding_at_selection_peak = 0;
+        }
+        phases
+    };
+    let one = routing(&options());
+    let mut three = options();
+    three.gateways = 3;
+    assert_ne!(routing(&three), one);
+    three.cluster_delay = Some(0.0);
+    assert_eq!(routing(&three), one);
+}

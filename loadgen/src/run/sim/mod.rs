@@ -8,6 +8,7 @@
 //! - [`converse`]: a conversation scenario's sessions, closed loop;
 //! - [`replay`]: a trace's planned requests, route after route, on fresh clusters;
 //! - [`gateways`]: G gateways in front of the cluster, and the seam for shared state;
+//! - [`sharing`]: the gateways' routing state shared as `[cluster]` does, with a delay;
 //! - [`priming`]: the cluster as the one priming routine sees it;
 //! - [`kv_sync`]: the engines' KV-cache events applied to the router's index;
 //! - [`options`]: what to simulate; [`trace_lines`]: the per-request explanation file.
@@ -20,6 +21,7 @@ pub mod matrix;
 pub mod options;
 pub mod priming;
 pub mod replay;
+pub mod sharing;
 pub mod trace_lines;
 
 pub use crate::run::assignment::GatewayAssignment;

@@ -4,10 +4,11 @@
 use mock_engine::model::EngineProfile;
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
-use router_core::{Router, RouterConfig};
+use router_core::{Router, RouterConfig, cluster};
 
 use super::cluster::{SimCluster, SimError};
 use super::gateways::Gateways;
+use super::sharing::DelayedSharing;
 use crate::measure::Slo;
 use crate::run::assignment::GatewayAssignment;
 
@@ -66,6 +67,10 @@ pub struct SimOptions {
     pub gateways: usize,
     /// How routed requests are spread over the gateways.
     pub gateway_assignment: GatewayAssignment,
+    /// The gateways share routing state as prefixgate's `[cluster]` does, each message
+    /// reaching the others this many seconds after it is sent (`super::sharing`); `None`
+    /// (the default): they share nothing.
+    pub cluster_delay: Option<f64>,
 }
 
 impl SimOptions {
@@ -86,6 +91,7 @@ impl SimOptions {
             routing_draw: 0,
             gateways: 1,
             gateway_assignment: GatewayAssignment::RoundRobin,
+            cluster_delay: None,
         }
     }
 
@@ -122,7 +128,23 @@ impl SimOptions {
         // The assignment's draws are seeded from the routing draws' generator without
         // consuming it, so one gateway routes exactly as before gateways existed.
         let draw = StdRng::seed_from_u64(rng.clone().next_u64() ^ 0x6761_7465_7761_7973);
-        let gateways = Gateways::new(routers, self.replicas, self.gateway_assignment, draw);
+        let mut gateways = Gateways::new(routers, self.replicas, self.gateway_assignment, draw);
+        if let Some(delay) = self.cluster_delay {
+            if !(delay.is_finite() && delay >= 0.0) {
+                return Err(SimError::Config(format!(
+                    "the cluster's propagation delay must be >= 0 seconds, got {delay}"
+                )));
+            }
+            // Every gateway hashes alike here, on text or (with KV-event sync) engine tokens.
+            let hashing = cluster::hashing_digest(&self.router, self.kv_sync);
+            gateways.set_peer_sharing(Box::new(DelayedSharing::new(
+                self.gateways,
+                self.replica_names(),
+                &self.model,
+                hashing,
+                delay,
+            )));
+        }
         let cluster =
             SimCluster::with_gateways(self.replica_names(), profiles, gateways, rng, &self.model);
         if self.kv_sync {
