@@ -9,8 +9,12 @@
 //!   the empty string (it still takes its place in the join). Roles, names and tools are not
 //!   part of the text. A missing, `null` or empty `messages` is [`BodyError::NoMessages`]
 //!   (AIBrix's 400 "no messages in the request body"), before any model or replica check.
-//! - `/v1/completions`: `prompt`, which must be a string. An array prompt (batched or token
-//!   ids) is a client error, as in AIBrix.
+//! - `/v1/completions`: `prompt`, in any of the forms OpenAI and vLLM accept: a string; an
+//!   array of strings (a batch); an array of token ids; an array of token-id arrays. A batch
+//!   is routed by its first prompt, the one whose blocks the engine is sure to hold as
+//!   sent (joining them would index blocks that span two prompts, which no engine holds).
+//!   Token ids are routed by their values ([`RoutingFields::tokens`], hashed as
+//!   KV-event sync hashes the engine's tokens). AIBrix refuses arrays; vLLM serves them.
 //! - `/v1/embeddings`: no text (the request is routed by load only).
 //!
 //! Every other field is ignored; a field routing reads with the wrong type is an error that
@@ -34,8 +38,12 @@ pub enum Endpoint {
 pub struct RoutingFields {
     pub model: String,
     pub stream: bool,
-    /// The message text the prefix is computed from (empty for embeddings).
+    /// The message text the prefix is computed from (empty for embeddings and token-id
+    /// prompts).
     pub text: String,
+    /// A token-id prompt's ids (its first prompt's, for a batch) as 4-byte big-endian bytes
+    /// ([`crate::kv_sync::token_bytes`]), for [`crate::RouteRequest::tokens`].
+    pub tokens: Option<Vec<u8>>,
 }
 
 /// Why a body cannot be routed. Every variant is a client error (HTTP 400).
@@ -97,15 +105,19 @@ pub fn routing_fields(endpoint: Endpoint, body: &[u8]) -> Result<RoutingFields, 
         serde_json::from_slice(body).map_err(|e| BodyError::InvalidJson(e.to_string()))?;
     let model = model(top.model)?;
     let stream = stream(top.stream)?;
-    let text = match endpoint {
-        Endpoint::ChatCompletions => chat_text(top.messages)?,
-        Endpoint::Completions => prompt_text(top.prompt)?,
-        Endpoint::Embeddings => String::new(),
+    let (text, tokens) = match endpoint {
+        Endpoint::ChatCompletions => (chat_text(top.messages)?, None),
+        Endpoint::Completions => match prompt(top.prompt)? {
+            Prompt::Text(text) => (text, None),
+            Prompt::Tokens(ids) => (String::new(), Some(crate::kv_sync::token_bytes(&ids))),
+        },
+        Endpoint::Embeddings => (String::new(), None),
     };
     Ok(RoutingFields {
         model,
         stream,
         text,
+        tokens,
     })
 }
 
@@ -163,16 +175,57 @@ fn chat_text(raw: Option<&RawValue>) -> Result<String, BodyError> {
     Ok(text)
 }
 
-fn prompt_text(raw: Option<&RawValue>) -> Result<String, BodyError> {
+/// What a completion is routed by: its (first) prompt's text or token ids.
+enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+const PROMPT_FORMS: &str =
+    "must be a string, an array of strings, an array of token ids or an array of token-id arrays";
+
+fn prompt(raw: Option<&RawValue>) -> Result<Prompt, BodyError> {
     let raw = raw.ok_or_else(|| BodyError::field("prompt", "is required"))?;
-    match json_string(raw) {
-        Some(s) => Ok(s.into_owned()),
-        None if raw.get().starts_with('[') => Err(BodyError::field(
-            "prompt",
-            "must be a string (array prompts are not supported)",
-        )),
-        None => Err(BodyError::field("prompt", "must be a string")),
+    if let Some(text) = json_string(raw) {
+        return Ok(Prompt::Text(text.into_owned()));
     }
+    let items: Vec<&RawValue> =
+        serde_json::from_str(raw.get()).map_err(|_| BodyError::field("prompt", PROMPT_FORMS))?;
+    let Some(first) = items.first() else {
+        return Err(BodyError::field("prompt", "must not be an empty array"));
+    };
+    let first = first.get();
+    if first.starts_with('"') {
+        let mut texts = items.iter().map(|item| json_string(item));
+        let Some(Some(text)) = texts.next() else {
+            return Err(BodyError::field("prompt", PROMPT_FORMS));
+        };
+        if texts.any(|t| t.is_none()) {
+            return Err(BodyError::field(
+                "prompt",
+                "an array of strings holds a non-string",
+            ));
+        }
+        return Ok(Prompt::Text(text.into_owned()));
+    }
+    let token_error = |e: serde_json::Error| {
+        BodyError::field(
+            "prompt",
+            format!("token ids must be integers from 0 to 2^32 - 1: {e}"),
+        )
+    };
+    if first.starts_with('[') {
+        let batch: Vec<Vec<u32>> = serde_json::from_str(raw.get()).map_err(token_error)?;
+        if batch.iter().any(Vec::is_empty) {
+            return Err(BodyError::field("prompt", "a token-id array is empty"));
+        }
+        return Ok(Prompt::Tokens(batch.into_iter().next().unwrap_or_default()));
+    }
+    if !first.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
+        return Err(BodyError::field("prompt", PROMPT_FORMS));
+    }
+    let ids: Vec<u32> = serde_json::from_str(raw.get()).map_err(token_error)?;
+    Ok(Prompt::Tokens(ids))
 }
 
 /// The unescaped string when `raw` is a JSON string, borrowed when it has no escapes.
@@ -254,38 +307,43 @@ mod tests {
     }
 
     #[test]
-    fn completion_prompt_must_be_a_string() {
+    fn completion_prompts_take_every_form_openai_and_vllm_accept() {
         let fields = completion(r#"{"model":"m","prompt":"tab\there","stream":false}"#).unwrap();
-        assert_eq!(fields.text, "tab\there");
-        let err = completion(r#"{"model":"m","prompt":["a","b"]}"#).unwrap_err();
-        assert!(
-            matches!(err, BodyError::InvalidField { field: "prompt", ref reason } if reason.contains("array")),
-            "{err:?}"
+        assert_eq!((fields.text.as_str(), fields.tokens), ("tab\there", None));
+        // A batch is routed by its first prompt.
+        let fields = completion(r#"{"model":"m","prompt":["a b","c"]}"#).unwrap();
+        assert_eq!((fields.text.as_str(), fields.tokens), ("a b", None));
+        // Token ids by their values, as KV-event sync hashes an engine's tokens.
+        let fields = completion(r#"{"model":"m","prompt":[1,2,70000]}"#).unwrap();
+        assert_eq!(fields.text, "");
+        assert_eq!(
+            fields.tokens,
+            Some(crate::kv_sync::token_bytes(&[1, 2, 70000]))
         );
-        let err = completion(r#"{"model":"m","prompt":[1,2,3]}"#).unwrap_err();
-        assert!(matches!(
-            err,
-            BodyError::InvalidField {
-                field: "prompt",
-                ..
-            }
-        ));
-        let err = completion(r#"{"model":"m","prompt":7}"#).unwrap_err();
-        assert!(matches!(
-            err,
-            BodyError::InvalidField {
-                field: "prompt",
-                ..
-            }
-        ));
-        let err = completion(r#"{"model":"m"}"#).unwrap_err();
-        assert!(matches!(
-            err,
-            BodyError::InvalidField {
-                field: "prompt",
-                ..
-            }
-        ));
+        let fields = completion(r#"{"model":"m","prompt":[[5,6],[7]]}"#).unwrap();
+        assert_eq!(fields.tokens, Some(crate::kv_sync::token_bytes(&[5, 6])));
+        let refused = [
+            (r#"{"model":"m","prompt":7}"#, "must be a string"),
+            (r#"{"model":"m","prompt":[]}"#, "empty array"),
+            (r#"{"model":"m","prompt":["a",1]}"#, "non-string"),
+            (r#"{"model":"m","prompt":[1,-2]}"#, "token ids"),
+            (r#"{"model":"m","prompt":[1,"a"]}"#, "token ids"),
+            (r#"{"model":"m","prompt":[1.5]}"#, "token ids"),
+            (r#"{"model":"m","prompt":[4294967296]}"#, "token ids"),
+            (
+                r#"{"model":"m","prompt":[[1],[]]}"#,
+                "token-id array is empty",
+            ),
+            (r#"{"model":"m","prompt":[{"a":1}]}"#, "must be a string"),
+            (r#"{"model":"m"}"#, "is required"),
+        ];
+        for (body, words) in refused {
+            let err = completion(body).unwrap_err();
+            assert!(
+                matches!(err, BodyError::InvalidField { field: "prompt", ref reason } if reason.contains(words)),
+                "{body}: {err:?}"
+            );
+        }
     }
 
     #[test]

@@ -86,7 +86,7 @@ async fn client_errors_are_openai_shaped() {
             &gateway,
             "/v1/completions",
             &[],
-            format!(r#"{{"model":"{MODEL}","prompt":[1,2]}}"#),
+            format!(r#"{{"model":"{MODEL}","prompt":[1,"a"]}}"#),
         )
         .await;
     assert_eq!(answer.status, 400, "{}", answer.text());

@@ -338,3 +338,38 @@ async fn a_single_ready_replica_moves_no_prefix_cache_counter() {
     );
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn completions_take_batched_and_token_id_prompts_routed_by_their_values() {
+    let (_a, _b, gateway) = gateway_with_two_upstreams().await;
+    let client = Client::new();
+    let prefix = [("routing-strategy", "prefix-cache")];
+    let ids: Vec<String> = (1000..1400).map(|id: u32| id.to_string()).collect();
+    let tokens = format!(r#"{{"model":"{MODEL}","prompt":[{}]}}"#, ids.join(","));
+    let first = client
+        .post(&gateway, "/v1/completions", &prefix, tokens.clone())
+        .await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.header("x-prefixgate-match-percent"), Some("0"));
+    let owner = first.header("target-pod").unwrap().to_owned();
+    // The same ids again, as a batch's first prompt: routed by their values to the owner.
+    let batch = format!(
+        r#"{{"model":"{MODEL}","prompt":[[{}],[7]]}}"#,
+        ids.join(",")
+    );
+    let again = client
+        .post(&gateway, "/v1/completions", &prefix, batch)
+        .await;
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.header("target-pod"), Some(owner.as_str()));
+    assert_eq!(again.header("x-prefixgate-match-percent"), Some("100"));
+    let texts = format!(
+        r#"{{"model":"{MODEL}","prompt":["{}","other"]}}"#,
+        "a shared prompt ".repeat(40)
+    );
+    let answer = client
+        .post(&gateway, "/v1/completions", &prefix, texts)
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    shutdown_once_released(gateway).await;
+}

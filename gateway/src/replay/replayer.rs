@@ -115,14 +115,18 @@ impl Replayer {
             Some(name) => name.parse::<Strategy>().map_err(|e| shape(e.to_string()))?,
             None => self.default_strategy,
         };
-        let text = match (trace.text, trace.messages, trace.prompt) {
-            (Some(text), None, None) => text,
+        let (text, tokens) = match (trace.text, trace.messages, trace.prompt) {
+            (Some(text), None, None) => (text, None),
             // router-core's extraction over the line itself: the same bytes, the same rules
-            // as a request body at the gateway.
+            // as a request body at the gateway (a token-id prompt is routed by its ids).
             (None, Some(_), None) => {
-                routing_fields(Endpoint::ChatCompletions, line.as_bytes())?.text
+                let fields = routing_fields(Endpoint::ChatCompletions, line.as_bytes())?;
+                (fields.text, fields.tokens)
             }
-            (None, None, Some(_)) => routing_fields(Endpoint::Completions, line.as_bytes())?.text,
+            (None, None, Some(_)) => {
+                let fields = routing_fields(Endpoint::Completions, line.as_bytes())?;
+                (fields.text, fields.tokens)
+            }
             (None, None, None) => {
                 return Err(shape("one of `text`, `messages`, `prompt` is required"));
             }
@@ -148,7 +152,7 @@ impl Replayer {
         let request = RouteRequest {
             model: &model,
             text: &text,
-            tokens: None,
+            tokens: tokens.as_deref(),
         };
         let routed = self
             .router
@@ -166,7 +170,7 @@ impl Replayer {
             None
         } else if decision.prefix_hashes.is_empty() {
             // The request's blocks whatever the strategy, so hashes can be checked alone.
-            Some(self.router.hashes(&text)?)
+            Some(self.router.request_hashes(&request)?)
         } else {
             Some(decision.prefix_hashes.clone())
         };
@@ -312,10 +316,21 @@ mod tests {
             r#"{"model":"m","pods":[{"name":"a"},{"name":"b"}],"strategy":"random","prompt":"abcd efg"}"#,
         );
         assert_eq!(prompt.hashes, text.hashes);
+        // Token ids are routed by their values, as at the gateway.
+        let ids = routed(
+            &mut r,
+            r#"{"model":"m","pods":[{"name":"a"}],"prompt":[1,2,3,4,5,6,7,8]}"#,
+        );
+        let bytes = router_core::kv_sync::token_bytes(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(
+            ids.hashes.as_ref().map(Vec::len),
+            Some(bytes.len() / 4),
+            "{ids:?}"
+        );
         let error = r
-            .line(r#"{"model":"m","pods":[{"name":"a"}],"prompt":[1,2]}"#)
+            .line(r#"{"model":"m","pods":[{"name":"a"}],"prompt":[]}"#)
             .unwrap_err();
-        assert!(error.to_string().contains("array"), "{error}");
+        assert!(error.to_string().contains("empty array"), "{error}");
         let error = r
             .line(r#"{"model":"m","pods":[{"name":"a"}],"messages":[]}"#)
             .unwrap_err();

@@ -34,7 +34,7 @@ pub struct TraceLine {
     pub text: Option<String>,
     /// Kept raw: the chat text is extracted by router-core's AIBrix rules from these bytes.
     pub messages: Option<Box<RawValue>>,
-    /// Kept raw so that an array prompt gets router-core's own error.
+    /// Kept raw: router-core reads every prompt form (string, batch, token ids) from it.
     pub prompt: Option<Box<RawValue>>,
     pub done: Option<String>,
 }

@@ -74,6 +74,8 @@ async fn serve(
             .admission
             .charge_tokens(&parts.headers, endpoint, &bytes, &fields, &state.metrics)?;
     let engine_tokens = match state.settings.engine_tokenize_timeout {
+        // A token-id prompt is already what the engine sees; it is routed by its ids below.
+        _ if fields.tokens.is_some() => None,
         Some(timeout) if strategy.uses_prefix_index() => {
             let tokens = engine_tokens::engine_tokens(
                 &state.replicas,
@@ -99,7 +101,7 @@ async fn serve(
         state,
         strategy,
         &fields,
-        engine_tokens.as_deref(),
+        engine_tokens.as_deref().or(fields.tokens.as_deref()),
         &parts,
         bytes,
         request_id,
