@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The peer routers side by side, live: SGLang's router and the vLLM router (both `cache_aware`,
 # their defaults otherwise) and prefixgate, each in front of the same fresh mock replicas,
-# running the same matrix workload through `loadgen matrix --gateway`. Writes one result file
+# running the same workload: the matrix (`loadgen matrix --gateway`, the default) or a slice
+# of a Mooncake-format trace (`--trace`, `loadgen replay --gateway`). Writes one result file
 # per router and a merged one, and prints the table (`loadgen report`). docs/LOADGEN.md,
-# "The peer routers side by side", has a measured table and what it means.
+# "The peer routers side by side", has measured tables and what they mean.
 #
 # The peers set no `target-pod` header: loadgen then learns priming owners and the replica
 # split from the engines' `vllm:request_success_total` counters.
@@ -15,11 +16,20 @@
 #   --routes LIST        prefixgate's routes (default least-request,prefix-cache,prefix-load)
 #   --matrix FILE        the workload (default: loadgen's built-in config/matrix-24.toml)
 #   --count N            requests per phase (default: the matrix's)
+#   --trace FILE         replay this Mooncake-format trace instead of the matrix; every router,
+#                        and every prefixgate route, gets the same slice on fresh replicas
+#   --start S            trace mode: skip S seconds of trace time (default 0)
+#   --duration S         trace mode: replay S seconds of trace time (default: to the end)
+#   --limit N            trace mode: at most N requests
+#   --speedup X          trace mode: divide the trace's inter-arrival times by X (default 1)
 #   --replicas N         mock replicas (default 2)
-#   --profile NAME|PATH  engine profile (default l20-qwen27b-fp8)
+#   --profile NAME|PATH  engine profile (default l20-qwen27b-fp8; with --trace h200-qwen27b-fp8,
+#                        whose 262k context holds the trace's long prompts)
 #   --time-scale S       engine time runs S times faster than wall time (default 1: real
 #                        time). The routers' own latency is multiplied by S too (a 40 ms
-#                        proxy delay reads as 0.4 s at S = 10), so keep S small
+#                        proxy delay reads as 0.4 s at S = 10), so keep S small. With --trace
+#                        the replay is sped up S times and its SLO and times are rescaled to
+#                        engine seconds in the merged file
 #   --port-base P        first of the loopback ports used (default 18100)
 #   --sglang-version V   pip version of sglang-router (default 0.3.2)
 #   --vllm-version V     pip version of vllm-router (default 0.1.17)
@@ -35,8 +45,11 @@ ROUTERS=prefixgate,sglang,vllm
 ROUTES=least-request,prefix-cache,prefix-load
 MATRIX=""
 COUNT=""
+TRACE=""
+SLICE_ARGS=()
+SPEEDUP=1
 REPLICAS=2
-PROFILE=l20-qwen27b-fp8
+PROFILE=""
 TIME_SCALE=1
 PORT_BASE=18100
 SGLANG_VERSION=0.3.2
@@ -53,6 +66,9 @@ while [[ $# -gt 0 ]]; do
         --routes) ROUTES=$2; shift 2 ;;
         --matrix) MATRIX=$2; shift 2 ;;
         --count) COUNT=$2; shift 2 ;;
+        --trace) TRACE=$2; shift 2 ;;
+        --start|--duration|--limit) SLICE_ARGS+=("$1" "$2"); shift 2 ;;
+        --speedup) SPEEDUP=$2; shift 2 ;;
         --replicas) REPLICAS=$2; shift 2 ;;
         --profile) PROFILE=$2; shift 2 ;;
         --time-scale) TIME_SCALE=$2; shift 2 ;;
@@ -65,6 +81,18 @@ while [[ $# -gt 0 ]]; do
         *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+
+if [[ -n $TRACE ]]; then
+    if [[ -n $MATRIX || -n $COUNT ]]; then
+        echo "run.sh: --trace replaces the matrix; drop --matrix and --count" >&2; exit 2
+    fi
+    [[ -r $TRACE ]] || { echo "run.sh: cannot read the trace $TRACE" >&2; exit 2; }
+    TRACE=$(cd "$(dirname "$TRACE")" && pwd)/$(basename "$TRACE")
+    PROFILE=${PROFILE:-h200-qwen27b-fp8}
+elif (( ${#SLICE_ARGS[@]} )) || [[ $SPEEDUP != 1 ]]; then
+    echo "run.sh: --start, --duration, --limit and --speedup slice a --trace" >&2; exit 2
+fi
+PROFILE=${PROFILE:-l20-qwen27b-fp8}
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 TARGET=${CARGO_TARGET_DIR:-$REPO/target}
@@ -112,12 +140,17 @@ if [[ ,$ROUTERS, == *,sglang,* || ,$ROUTERS, == *,vllm,* ]]; then
     "$VENV/bin/pip" install --quiet "sglang-router==$SGLANG_VERSION" "vllm-router==$VLLM_VERSION" >&2
 fi
 
-# Replica names and ports, the same for every router.
+# Replica names and ports, the same for every router; the names say the profile's GPU.
+case $(basename "$PROFILE" .toml) in
+    l20-*) REPLICA_PREFIX=L20- ;;
+    h200-*) REPLICA_PREFIX=H200- ;;
+    *) REPLICA_PREFIX=replica- ;;
+esac
 NAMES=()
 WORKERS=()
 REPLICA_ARGS=()
 for ((i = 0; i < REPLICAS; i++)); do
-    name="L20-$(printf "\\x$(printf %x $((65 + i)))")"
+    name="$REPLICA_PREFIX$(printf "\\x$(printf %x $((65 + i)))")"
     port=$((PORT_BASE + i))
     NAMES+=("$name")
     WORKERS+=("http://127.0.0.1:$port")
@@ -166,9 +199,8 @@ MATRIX_ARGS=()
 [[ -n $MATRIX ]] && MATRIX_ARGS+=(--matrix "$MATRIX")
 [[ -n $COUNT ]] && MATRIX_ARGS+=(--count "$COUNT")
 
-RESULTS=()
-for router in ${ROUTERS//,/ }; do
-    echo "== $router" >&2
+run_matrix() { # ROUTER: the matrix through the router, every prefixgate route in one run
+    local router=$1 routes result
     start_replicas "$router"
     start_router "$router"
     if [[ $router == prefixgate ]]; then
@@ -189,7 +221,43 @@ for router in ${ROUTERS//,/ }; do
     fi
     [[ -s $OUT_DIR/$router.json ]] && RESULTS+=("$result")
     stop_all
+}
+
+# `loadgen replay --gateway` measures wall seconds: at time scale S it replays S times faster
+# with the SLO divided by S, and merge.py turns the times back into engine seconds.
+REPLAY_SCALED=(--speedup "$(python3 -c "print($SPEEDUP * $TIME_SCALE)")"
+    --slo-ttft "$(python3 -c "print(2 / $TIME_SCALE)")"
+    --slo-tpot "$(python3 -c "print(0.15 / $TIME_SCALE)")"
+    --slo-e2e "$(python3 -c "print(30 / $TIME_SCALE)")")
+
+run_trace() { # ROUTER: the trace slice through the router, each prefixgate route on fresh
+    # replicas and a fresh gateway, as every peer gets them (a running stack's engines would
+    # keep their caches from one route to the next)
+    local router=$1 route name routes
+    if [[ $router == prefixgate ]]; then routes=$ROUTES; else routes=random; fi
+    for route in ${routes//,/ }; do
+        if [[ $router == prefixgate ]]; then name=$router-$route; else name=$router; fi
+        start_replicas "$name"
+        start_router "$router"
+        if ! "$BIN/loadgen" replay --trace "$TRACE" --gateway "http://127.0.0.1:$ROUTER_PORT" \
+            "${REPLICA_ARGS[@]}" --replicas "$REPLICAS" --engine-profile "$PROFILE" \
+            --model "$MODEL" --routes "$route" "${SLICE_ARGS[@]}" "${REPLAY_SCALED[@]}" \
+            --records --out "$OUT_DIR/$name.json" >"$LOGS/loadgen-$name.log" 2>&1; then
+            echo "run.sh: $name stopped early: $(grep -m1 '^Error' "$LOGS/loadgen-$name.log")" >&2
+        fi
+        if [[ -s $OUT_DIR/$name.json ]]; then
+            if [[ $router == prefixgate ]]; then RESULTS+=("$OUT_DIR/$name.json")
+            else RESULTS+=("$OUT_DIR/$name.json:$router-cache_aware"); fi
+        fi
+        stop_all
+    done
+}
+
+RESULTS=()
+for router in ${ROUTERS//,/ }; do
+    echo "== $router" >&2
+    if [[ -n $TRACE ]]; then run_trace "$router"; else run_matrix "$router"; fi
 done
 
-python3 "$REPO/loadgen/peers/merge.py" "$OUT_DIR/all.json" "${RESULTS[@]}"
+python3 "$REPO/loadgen/peers/merge.py" --time-scale "$TIME_SCALE" "$OUT_DIR/all.json" "${RESULTS[@]}"
 "$BIN/loadgen" report "$OUT_DIR/all.json"
