@@ -67,6 +67,28 @@ pub struct ReplicaObservation {
     pub peaks: Peaks,
 }
 
+impl ReplicaObservation {
+    /// One observation per replica name, from counters read before and after a run and the
+    /// peaks seen during it (a replica without peaks, e.g. a failed scrape, gets none).
+    pub fn per_replica<'a>(
+        names: impl IntoIterator<Item = &'a str>,
+        before: &[EngineCounters],
+        after: &[EngineCounters],
+        peaks: &[Peaks],
+    ) -> Vec<ReplicaObservation> {
+        names
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| ReplicaObservation {
+                name: name.to_owned(),
+                before: before.get(i).copied().unwrap_or_default(),
+                after: after.get(i).copied().unwrap_or_default(),
+                peaks: peaks.get(i).copied().unwrap_or_default(),
+            })
+            .collect()
+    }
+}
+
 /// Everything a runner hands over at the end of a phase.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PhaseOutcome {

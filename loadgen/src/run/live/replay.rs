@@ -56,17 +56,8 @@ pub async fn replay_route_live(
     let after = engine_counters(client, &target.replicas)
         .await
         .map_err(LiveError::Scrape)?;
-    let replicas: Vec<ReplicaObservation> = target
-        .replicas
-        .iter()
-        .enumerate()
-        .map(|(i, r)| ReplicaObservation {
-            name: r.name.clone(),
-            before: before[i],
-            after: after[i],
-            peaks: peaks.get(i).copied().unwrap_or_default(),
-        })
-        .collect();
+    let names = target.replicas.iter().map(|r| r.name.as_str());
+    let replicas = ReplicaObservation::per_replica(names, &before, &after, &peaks);
     Ok(summarize_run(
         route.as_str(),
         &records,

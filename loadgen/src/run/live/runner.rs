@@ -171,18 +171,8 @@ impl LiveRunner {
             .map_err(LiveError::Scrape)?;
         let gateway_after = gateway_scrapes(&self.client, &self.target.gateways).await;
 
-        let replicas = self
-            .target
-            .replicas
-            .iter()
-            .enumerate()
-            .map(|(i, r)| ReplicaObservation {
-                name: r.name.clone(),
-                before: before[i],
-                after: after[i],
-                peaks: peaks.get(i).copied().unwrap_or_default(),
-            })
-            .collect();
+        let names = self.target.replicas.iter().map(|r| r.name.as_str());
+        let replicas = ReplicaObservation::per_replica(names, &before, &after, &peaks);
         let routing_counter_deltas =
             summed_routing_deltas(gateway_before.as_deref(), gateway_after.as_deref());
         let outcome = PhaseOutcome {

@@ -201,17 +201,8 @@ pub fn simulate_phase_run(
             tally.record(d);
         }
     }
-    let replicas = cluster
-        .names()
-        .iter()
-        .enumerate()
-        .map(|(i, name)| ReplicaObservation {
-            name: name.clone(),
-            before: before[i],
-            after: after[i],
-            peaks: peaks[i],
-        })
-        .collect();
+    let names = cluster.names().iter().map(String::as_str);
+    let replicas = ReplicaObservation::per_replica(names, &before, &after, &peaks);
     let outcome = PhaseOutcome {
         config: phase_config(phase, setup.hot.as_ref()),
         clock_origin: clock_origin - t0,

@@ -63,17 +63,8 @@ pub fn replay_route(
     let mut peaks = vec![Peaks::default(); cluster.names().len()];
     let served = cluster.drive(arrivals, Some(&mut peaks))?;
     let after = cluster.counters();
-    let replicas: Vec<ReplicaObservation> = cluster
-        .names()
-        .iter()
-        .enumerate()
-        .map(|(i, name)| ReplicaObservation {
-            name: name.clone(),
-            before: before[i],
-            after: after[i],
-            peaks: peaks[i],
-        })
-        .collect();
+    let names = cluster.names().iter().map(String::as_str);
+    let replicas = ReplicaObservation::per_replica(names, &before, &after, &peaks);
     let records: Vec<_> = served.into_iter().map(|s| s.record).collect();
     Ok(summarize_run(
         route.as_str(),
