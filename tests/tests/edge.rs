@@ -63,3 +63,32 @@ async fn a_client_that_half_closes_after_its_request_gets_the_response() {
     assert!(answer.contains("data: [DONE]"), "{answer}");
     shutdown_once_released(gateway).await;
 }
+
+#[tokio::test]
+async fn a_client_that_writes_its_whole_oversized_body_still_reads_the_413() {
+    let a = prefixgate_tests::FakeUpstream::start("a").await;
+    let mut config = prefixgate_tests::gateway_config(vec![a.backend()]);
+    config.max_body_bytes = 1024;
+    let gateway = gateway::start(config).await.unwrap();
+    // Far more than the sockets buffer: the write completes only if the gateway reads it.
+    let body = vec![b'x'; 8 * 1024 * 1024];
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
+         connection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut tcp = TcpStream::connect(gateway.addr()).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(&body)
+        .await
+        .expect("the gateway reads the body it refused");
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
+        .await
+        .expect("the gateway closes once it has answered")
+        .expect("closed without a reset");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("body_too_large"), "{answer}");
+    shutdown_once_released(gateway).await;
+}

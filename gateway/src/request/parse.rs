@@ -18,11 +18,18 @@ use crate::request::error::GatewayError;
 /// connection and an admission place forever.
 const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// After a 413, the rest of the body is read and thrown away for at most this long and this
+/// many bytes (a lingering close, as nginx's `lingering_time`): closing with unread bytes
+/// would reset the connection, and a client still writing its body would lose the 413.
+const LINGER_TIME: Duration = Duration::from_secs(10);
+const LINGER_BYTES: usize = 64 * 1024 * 1024;
+
 /// Reads the whole body, refusing more than `limit` bytes (413) before reading them when the
-/// client declares a `content-length`, and while reading otherwise.
+/// client declares a `content-length`, and while reading otherwise. A refused body's rest
+/// is drained in the background ([`linger`]), so the client reads its 413.
 pub async fn read_body(
     headers: &HeaderMap,
-    body: Body,
+    mut body: Body,
     limit: usize,
 ) -> Result<Bytes, GatewayError> {
     let declared = headers
@@ -30,21 +37,45 @@ pub async fn read_body(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
+        linger(body);
         return Err(GatewayError::BodyTooLarge { limit });
     }
-    let collected = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect())
-        .await
-        .map_err(|_| {
-            GatewayError::BodyRead(format!(
-                "the body did not arrive within {} s",
-                BODY_READ_TIMEOUT.as_secs()
-            ))
-        })?;
+    let collected =
+        tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(&mut body, limit).collect())
+            .await
+            .map_err(|_| {
+                GatewayError::BodyRead(format!(
+                    "the body did not arrive within {} s",
+                    BODY_READ_TIMEOUT.as_secs()
+                ))
+            })?;
     match collected {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<LengthLimitError>() => Err(GatewayError::BodyTooLarge { limit }),
+        Err(error) if error.is::<LengthLimitError>() => {
+            linger(body);
+            Err(GatewayError::BodyTooLarge { limit })
+        }
         Err(error) => Err(GatewayError::BodyRead(error.to_string())),
     }
+}
+
+/// Reads and discards the rest of a refused body in its own task, for at most
+/// [`LINGER_TIME`] and [`LINGER_BYTES`]; the connection then closes without a reset.
+fn linger(mut body: Body) {
+    tokio::spawn(async move {
+        let drain = async {
+            let mut read = 0usize;
+            while read < LINGER_BYTES {
+                match body.frame().await {
+                    Some(Ok(frame)) => {
+                        read += frame.data_ref().map_or(0, |data| data.len());
+                    }
+                    Some(Err(_)) | None => break,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LINGER_TIME, drain).await;
+    });
 }
 
 /// The routing fields of a body sent to `endpoint`.
