@@ -166,16 +166,14 @@ async fn serve_http<I>(
         })
     };
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // half_close: a client may shut its write side once its request is sent and wait for
-    // the answer (`nc -N`, some load balancers); hyper would take that end of input for a
-    // hang-up and close without answering. A client that really went away is still noticed
-    // when its response is written (the write fails and the body is dropped, releasing the
-    // replica): at the first streamed chunk, or when a non-streamed answer is ready.
+    // No half_close: the end of a client's input is its hang-up. A half-closing client
+    // (`nc -N`) gets no answer, but a client that gives up on a request still queued in an
+    // engine releases it at once; with half_close that release would wait for the first byte
+    // (docs/GATEWAY.md, "What each connection gets").
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .half_close(true);
+        .header_read_timeout(HEADER_READ_TIMEOUT);
     builder
         .http2()
         .timer(TokioTimer::new())
