@@ -65,9 +65,14 @@ impl Applier {
                 .find(|replica| replica.name() == name)
                 .map(|replica| Arc::clone(replica.load()))
         };
-        let outcome = self
-            .table()
-            .apply(&message, &self.router, &find, self.clock.now_ms());
+        let outcome = {
+            let mut table = self.table();
+            let outcome = table.apply(&message, &self.router, &find, self.clock.now_ms());
+            // The gauges follow each message, not only the expiry tick: a peer heard from
+            // or a request released shows in /metrics at once.
+            self.set_gauges(&table);
+            outcome
+        };
         match outcome {
             Outcome::Applied => {
                 self.metrics
@@ -98,6 +103,10 @@ impl Applier {
                 "cluster: peer silent past peer_timeout_ms; its requests in flight no longer count"
             );
         }
+        self.set_gauges(&table);
+    }
+
+    fn set_gauges(&self, table: &PeerTable) {
         self.metrics.peers.set(table.peer_count() as i64);
         self.metrics.peer_requests.set(table.in_flight() as i64);
     }
