@@ -106,6 +106,19 @@ async fn connected(client: &HttpClient, gateway: &GatewayHandle, up: bool) {
     .await;
 }
 
+/// Gateways `gw-a` and `gw-b` over `replicas`, sharing through `url`, both connected.
+async fn two_gateways(
+    client: &HttpClient,
+    replicas: &[ReplicaHandle],
+    url: &str,
+) -> [GatewayHandle; 2] {
+    let a = gateway::start(shared(replicas, url, "gw-a")).await.unwrap();
+    let b = gateway::start(shared(replicas, url, "gw-b")).await.unwrap();
+    connected(client, &a, true).await;
+    connected(client, &b, true).await;
+    [a, b]
+}
+
 const FAMILIES: usize = 6;
 
 /// Routes each family's first request through `first` and its second through `second`
@@ -133,14 +146,7 @@ async fn cluster_a_familys_second_request_follows_the_first_across_gateways() {
     let redis = RedisServer::start().await;
     let replicas = two_replicas().await;
     let client = http_client();
-    let a = gateway::start(shared(&replicas, &redis.url(), "gw-a"))
-        .await
-        .unwrap();
-    let b = gateway::start(shared(&replicas, &redis.url(), "gw-b"))
-        .await
-        .unwrap();
-    connected(&client, &a, true).await;
-    connected(&client, &b, true).await;
+    let [a, b] = two_gateways(&client, &replicas, &redis.url()).await;
     let pairs = families_across(&client, &a, &b, "fam", 0.0).await;
     for (first, second) in &pairs {
         assert_eq!(
@@ -184,14 +190,7 @@ async fn cluster_peers_requests_count_until_released_or_their_gateway_goes_silen
     let redis = RedisServer::start().await;
     let replicas = two_replicas().await;
     let client = http_client();
-    let a = gateway::start(shared(&replicas, &redis.url(), "gw-a"))
-        .await
-        .unwrap();
-    let b = gateway::start(shared(&replicas, &redis.url(), "gw-b"))
-        .await
-        .unwrap();
-    connected(&client, &a, true).await;
-    connected(&client, &b, true).await;
+    let [a, b] = two_gateways(&client, &replicas, &redis.url()).await;
     // Three requests through A to replicas that hang (they never answer until the client
     // leaves): in flight in A, and in B's view, for as long as the clients wait.
     let mut open = Vec::new();
@@ -266,14 +265,7 @@ async fn cluster_server_loss_loses_no_request_and_a_restart_restores_sharing() {
     let mut redis = RedisServer::start().await;
     let replicas = two_replicas().await;
     let client = http_client();
-    let a = gateway::start(shared(&replicas, &redis.url(), "gw-a"))
-        .await
-        .unwrap();
-    let b = gateway::start(shared(&replicas, &redis.url(), "gw-b"))
-        .await
-        .unwrap();
-    connected(&client, &a, true).await;
-    connected(&client, &b, true).await;
+    let [a, b] = two_gateways(&client, &replicas, &redis.url()).await;
     redis.stop().await;
     // Every request is still served, on each gateway's own view.
     for i in 0..8 {
