@@ -35,5 +35,8 @@ pub(crate) mod upstream;
 
 pub use admit::Admission;
 pub use config::GatewayConfig;
+pub use edge::half_close::{
+    PROBE as HALF_CLOSE_PROBE, PROBE_INTERVAL as HALF_CLOSE_PROBE_INTERVAL,
+};
 pub use edge::server::{GatewayHandle, StartError, start};
 pub use edge::shutdown::StopSignals;

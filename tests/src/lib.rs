@@ -17,7 +17,8 @@
 //! `x-fake` values: `sse:N:MS` (N token events MS apart, then `[DONE]`; the default is
 //! `sse:3:0` for streams), `json` (one JSON body, the default without `"stream":true`),
 //! `status:CODE`, `hang` (never answers), `drop:N:MS` (N events, then a broken connection),
-//! `stall:N` (N events, then silence).
+//! `stall:N` (N events, then silence). `x-fake-delay: MS` holds any of them back MS ms
+//! before the response head (a request waiting in an engine's queue).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -207,6 +208,13 @@ async fn complete(State(seen): State<Arc<Seen>>, headers: HeaderMap, request: Re
     seen.headers.lock().unwrap().push(headers.clone());
     if let Some(id) = headers.get("x-request-id").and_then(|v| v.to_str().ok()) {
         seen.request_ids.lock().unwrap().push(id.to_owned());
+    }
+    if let Some(ms) = headers
+        .get("x-fake-delay")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+    {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     let mode = headers
         .get("x-fake")

@@ -20,7 +20,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -34,6 +33,8 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
+
+use crate::edge::half_close::{Exchanges, HalfCloseIo};
 
 /// A client that sends no complete request head for this long is disconnected. For HTTP/2
 /// (which has no per-head timer) it bounds the wait for the connection's first request.
@@ -117,8 +118,7 @@ async fn serve_connection(
     };
     tokio::pin!(stopping);
     let Some(acceptor) = tls else {
-        let io = TokioIo::new(tcp);
-        return serve_http(io, peer, Protocols::Either, router, stopping).await;
+        return serve_http(tcp, peer, Protocols::Either, router, stopping).await;
     };
     let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
     let stream = tokio::select! {
@@ -142,11 +142,11 @@ async fn serve_connection(
         Some(b"http/1.1") => Protocols::Http1,
         _ => Protocols::Either,
     };
-    serve_http(TokioIo::new(stream), peer, protocols, router, stopping).await;
+    serve_http(stream, peer, protocols, router, stopping).await;
 }
 
 async fn serve_http<I>(
-    io: TokioIo<I>,
+    stream: I,
     peer: SocketAddr,
     protocols: Protocols,
     router: Router,
@@ -154,22 +154,30 @@ async fn serve_http<I>(
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let requested = Arc::new(AtomicBool::new(false));
+    let exchanges = Arc::new(Exchanges::default());
     let service = {
-        let requested = Arc::clone(&requested);
+        let exchanges = Arc::clone(&exchanges);
         hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
-            requested.store(true, Ordering::Relaxed);
             // The client's address, for `x-forwarded-for` (axum's extractor type).
             request.extensions_mut().insert(ConnectInfo(peer));
+            let exchange = exchanges.dispatch(&request);
             let router = router.clone();
-            async move { router.oneshot(request.map(Body::new)).await }
+            async move {
+                let Some(exchange) = exchange else {
+                    return router.oneshot(request.map(Body::new)).await;
+                };
+                let request = request.map(|body| Body::new(exchange.request_body(body)));
+                let response = router.oneshot(request).await?;
+                Ok(response.map(|body| Body::new(exchange.response_body(body))))
+            }
         })
     };
+    // No hyper half_close: HalfCloseIo holds back the end of a client's input while its
+    // HTTP/1.1 exchange is in flight and probes for a client that left, which hyper's
+    // half_close would notice only at the first response byte (docs/GATEWAY.md, "What each
+    // connection gets").
+    let io = TokioIo::new(HalfCloseIo::new(stream, Arc::clone(&exchanges)));
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // No half_close: the end of a client's input is its hang-up. A half-closing client
-    // (`nc -N`) gets no answer, but a client that gives up on a request still queued in an
-    // engine releases it at once; with half_close that release would wait for the first byte
-    // (docs/GATEWAY.md, "What each connection gets").
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -207,7 +215,7 @@ async fn serve_http<I>(
             }
             () = &mut first_request, if waiting_for_first => {
                 waiting_for_first = false;
-                if !requested.load(Ordering::Relaxed) {
+                if !exchanges.any_dispatched() {
                     tracing::debug!("no request within the header read timeout; closing");
                     return;
                 }

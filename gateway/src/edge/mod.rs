@@ -2,11 +2,14 @@
 //!
 //! - [`listener`]: the accept loop (HTTP/1.1 and HTTP/2 on one port, TLS when configured),
 //!   connection limits and graceful drain;
+//! - [`half_close`]: an HTTP/1.1 client that half-closes after its request is answered,
+//!   one that left is released (a probe tells them apart);
 //! - [`tls`]: the `[tls]` settings and the certificate and key loaded into an acceptor;
 //! - [`server`]: [`server::start`] turns a configuration into listeners plus background
 //!   tasks, and [`server::GatewayHandle`] stops them;
 //! - [`shutdown`]: the stop signals the binary waits for.
 
+pub mod half_close;
 pub mod listener;
 pub mod server;
 pub mod shutdown;
