@@ -163,6 +163,17 @@ impl Router {
         }
     }
 
+    /// Undoes the index half of [`record_placement`](Self::record_placement) for a request
+    /// that never reached `pod` (its connection was refused): the index no longer says `pod`
+    /// holds the request's blocks. A replica that refuses connections has no engine behind
+    /// the address (stopped or restarting), so it holds none of them either way; other pods
+    /// keep theirs. The pod's recent families (`prefix-load`'s family term) age out.
+    pub fn forget_placement(&self, model: &str, hashes: &[u64], pod: &str) {
+        for &hash in hashes {
+            self.index.remove(model, hash, pod);
+        }
+    }
+
     /// Chooses a pod among `pods` (the ready ones) and counts the request against it.
     pub fn route(
         &self,
@@ -172,29 +183,32 @@ impl Router {
         rng: &mut dyn RngCore,
         now: Millis,
     ) -> Result<Routed, RouteError> {
-        if pods.is_empty() {
-            return Err(RouteError::NoReadyPod(request.model.to_owned()));
+        self.route_with_hashes(strategy, request, None, pods, rng, now)
+    }
+
+    /// [`route`](Self::route) for a request whose block hashes are already known: `hashes`,
+    /// when given, must be [`request_hashes`](Self::request_hashes) of `request` (a retry
+    /// takes them back from the failed attempt's [`Decision::prefix_hashes`]) and are used
+    /// instead of hashing the prompt again. Strategies that do not hash, and the single-pod
+    /// short-circuit, drop them, as `route` hashes nothing there.
+    pub fn route_with_hashes(
+        &self,
+        strategy: Strategy,
+        request: &RouteRequest<'_>,
+        hashes: Option<Vec<u64>>,
+        pods: &[Candidate<'_>],
+        rng: &mut dyn RngCore,
+        now: Millis,
+    ) -> Result<Routed, RouteError> {
+        match pods {
+            [] => return Err(RouteError::NoReadyPod(request.model.to_owned())),
+            [only] => return Ok(single_pod(strategy, only, now)),
+            _ => {}
         }
-        if pods.len() == 1 {
-            let guard = pods[0].load.decide(RequestWork::default(), now);
-            return Ok(Routed {
-                decision: Decision {
-                    pod: 0,
-                    pod_name: pods[0].name.to_owned(),
-                    strategy,
-                    selection: None,
-                    match_percent: None,
-                    imbalance: false,
-                    outstanding_at_selection: guard.at_selection(),
-                    prefix_hashes: Vec::new(),
-                },
-                guard,
-            });
-        }
-        let hashes = if strategy.uses_prefix_index() {
-            self.request_hashes(request)?
-        } else {
-            Vec::new()
+        let hashes = match hashes {
+            _ if !strategy.uses_prefix_index() => Vec::new(),
+            Some(hashes) => hashes,
+            None => self.request_hashes(request)?,
         };
         let policy: &dyn Policy = match strategy {
             Strategy::Random => &self.random,
@@ -244,6 +258,24 @@ impl Router {
             },
             guard,
         })
+    }
+}
+
+/// AIBrix's single-pod short-circuit: no policy, no prefix metric, no index update.
+fn single_pod(strategy: Strategy, only: &Candidate<'_>, now: Millis) -> Routed {
+    let guard = only.load.decide(RequestWork::default(), now);
+    Routed {
+        decision: Decision {
+            pod: 0,
+            pod_name: only.name.to_owned(),
+            strategy,
+            selection: None,
+            match_percent: None,
+            imbalance: false,
+            outstanding_at_selection: guard.at_selection(),
+            prefix_hashes: Vec::new(),
+        },
+        guard,
     }
 }
 
@@ -347,6 +379,74 @@ mod tests {
         }
         // Two families, each counted once per pod it went to.
         assert!((2..=4).contains(&served()), "{}", served());
+    }
+
+    #[test]
+    fn hashes_given_back_route_as_the_prompt_would() {
+        let router = Router::new(RouterConfig {
+            block_size: 4,
+            ..RouterConfig::default()
+        })
+        .unwrap();
+        let (a, b) = (PodLoad::new(), PodLoad::new());
+        let pods = pods_a_and_b(&a, &b);
+        let mut rng = StdRng::seed_from_u64(0);
+        let first = router
+            .route(
+                Strategy::PrefixCache,
+                &request("abcdefgh"),
+                &pods,
+                &mut rng,
+                0,
+            )
+            .unwrap();
+        let hashes = first.decision.prefix_hashes.clone();
+        // The prompt now matches the first pod fully: a retry with the hashes taken back
+        // decides as hashing the text again would.
+        let again = router
+            .route_with_hashes(
+                Strategy::PrefixCache,
+                &request("ignored, the hashes are given"),
+                Some(hashes.clone()),
+                &pods,
+                &mut rng,
+                0,
+            )
+            .unwrap();
+        assert_eq!(again.decision.prefix_hashes, hashes);
+        assert_eq!(again.decision.pod, first.decision.pod);
+        assert_eq!(again.decision.match_percent, Some(100));
+        // Strategies that do not hash drop them.
+        let plain = router
+            .route_with_hashes(
+                Strategy::LeastRequest,
+                &request("abcdefgh"),
+                Some(hashes),
+                &pods,
+                &mut rng,
+                0,
+            )
+            .unwrap();
+        assert!(plain.decision.prefix_hashes.is_empty());
+    }
+
+    #[test]
+    fn a_forgotten_placement_leaves_the_index_for_other_pods() {
+        let router = Router::new(RouterConfig {
+            block_size: 4,
+            ..RouterConfig::default()
+        })
+        .unwrap();
+        let hashes = router.hashes("abcdefgh").unwrap();
+        router.record_placement("m", &hashes, "a", None, 0);
+        router.record_placement("m", &hashes, "b", None, 0);
+        router.forget_placement("m", &hashes, "a");
+        assert_eq!(
+            router.index().match_blocks("m", &hashes, &["a", "b"]),
+            [0, 2]
+        );
+        router.forget_placement("m", &hashes, "b");
+        assert!(router.index().is_empty(), "a block no pod holds is dropped");
     }
 
     #[test]

@@ -134,6 +134,68 @@ async fn a_refused_replica_is_retried_on_another() {
 }
 
 #[tokio::test]
+async fn a_refused_replica_is_not_left_holding_the_prompt_in_the_index() {
+    let (a, b) = (
+        FakeUpstream::start("a").await,
+        FakeUpstream::start("b").await,
+    );
+    let backends = vec![a.backend(), b.backend(), refused_backend("dead").await];
+    let mut config = gateway_config(backends);
+    config.health.interval_ms = 60_000; // only the request path notices the dead replica
+    let gateway = gateway::start(config).await.unwrap();
+    let client = Client::new();
+    // Hold a stream on `a` and one on `b`, so the decision (no match yet: least-request
+    // fallback) goes to the dead replica first; the retry then chooses between `a` and `b`
+    // (two pods: a decision that records the prompt, not the single-pod short-circuit).
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(
+            client
+                .chat_stream(&gateway, &[("x-fake", "stall:1")], chat_body("hold", true))
+                .await,
+        );
+    }
+    let holders: Vec<_> = held.iter().map(|h| &h.headers()["target-pod"]).collect();
+    assert!(holders.contains(&&"a".parse().unwrap()) && holders.contains(&&"b".parse().unwrap()));
+    // (A hold may itself have met the dead replica first and been retried: count from here.)
+    let before = client.metrics(&gateway).await;
+    // Four full 128-byte blocks of prompt.
+    let prompt = "the prompt both attempts route ".repeat(20);
+    let answer = client
+        .chat(
+            &gateway,
+            &[("routing-strategy", "prefix-cache")],
+            chat_body(&prompt, false),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let chosen = answer.header("target-pod").unwrap().to_owned();
+    assert_ne!(chosen, "dead");
+    let url = format!("http://{}/admin/replicas", gateway.metrics_addr());
+    let replicas = client.call("GET", &url, &[], "").await.json();
+    let cached = |name: &str| {
+        replicas
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .map(|r| r["cached_blocks"].as_u64().unwrap())
+            .unwrap()
+    };
+    assert_eq!(cached("dead"), 0, "{replicas}");
+    assert!(cached(&chosen) >= 4, "{replicas}");
+    let metrics = client.metrics(&gateway).await;
+    let retries = r#"prefixgate_upstream_retries_total{pod="dead"}"#;
+    assert_eq!(
+        sample_value(&metrics, retries) - sample_value(&before, retries),
+        1.0,
+        "the dead replica was tried first"
+    );
+    drop(held);
+    shutdown_once_released(gateway).await;
+}
+
+#[tokio::test]
 async fn all_replicas_refused_is_a_502_and_ejects_them() {
     let mut config = gateway_config(vec![refused_backend("x").await, refused_backend("y").await]);
     config.health.interval_ms = 60_000;

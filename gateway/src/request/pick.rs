@@ -57,12 +57,15 @@ pub fn strategy(
 
 /// Chooses a ready replica for `fields.model`, skipping the replicas named in `exclude`
 /// (those already tried for this request). `tokens`, with KV-event sync, is the prompt as
-/// the engine tokenized it (4-byte big-endian ids), hashed instead of the text.
+/// the engine tokenized it (4-byte big-endian ids), hashed instead of the text. `hashes`,
+/// on a retry, are the prompt's block hashes from the failed attempt's decision, routed
+/// with instead of hashing the prompt again.
 pub fn pick(
     state: &AppState,
     strategy: Strategy,
     fields: &RoutingFields,
     tokens: Option<&[u8]>,
+    hashes: Option<Vec<u64>>,
     exclude: &[Arc<Replica>],
 ) -> Result<Picked, GatewayError> {
     let snapshot = state.replicas.snapshot();
@@ -97,9 +100,10 @@ pub fn pick(
         tokens,
     };
     let started = Instant::now();
-    let routed = state.router.route(
+    let routed = state.router.route_with_hashes(
         strategy,
         &request,
+        hashes,
         &candidates,
         &mut rand::rng(),
         state.clock.now_ms(),
@@ -169,7 +173,15 @@ mod tests {
         let state = state(vec![other, down, a.clone(), b.clone()]);
         let mut held = Vec::new();
         for _ in 0..6 {
-            let picked = pick(&state, Strategy::LeastRequest, &fields("m"), None, &[]).unwrap();
+            let picked = pick(
+                &state,
+                Strategy::LeastRequest,
+                &fields("m"),
+                None,
+                None,
+                &[],
+            )
+            .unwrap();
             // The replica handed back is the one the decision names and counts against.
             assert_eq!(picked.replica.name(), picked.decision.pod_name);
             assert!(["a", "b"].contains(&picked.replica.name()));
@@ -181,16 +193,17 @@ mod tests {
             Strategy::Random,
             &fields("m"),
             None,
+            None,
             std::slice::from_ref(&a),
         )
         .unwrap();
         assert_eq!(only_b.replica.name(), "b");
-        let error = pick(&state, Strategy::Random, &fields("m"), None, &[a, b]).unwrap_err();
+        let error = pick(&state, Strategy::Random, &fields("m"), None, None, &[a, b]).unwrap_err();
         assert!(
             matches!(error, GatewayError::NoReadyReplica(_)),
             "{error:?}"
         );
-        let error = pick(&state, Strategy::Random, &fields("y"), None, &[]).unwrap_err();
+        let error = pick(&state, Strategy::Random, &fields("y"), None, None, &[]).unwrap_err();
         assert!(matches!(error, GatewayError::UnknownModel(_)), "{error:?}");
     }
 
@@ -201,7 +214,7 @@ mod tests {
         let cold = Arc::new(Replica::new("cold", "127.0.0.1:1", vec![]));
         cold.report_failure(1);
         let state = state(vec![Arc::clone(&cold)]);
-        let error = pick(&state, Strategy::Random, &fields("m"), None, &[]).unwrap_err();
+        let error = pick(&state, Strategy::Random, &fields("m"), None, None, &[]).unwrap_err();
         assert!(
             matches!(error, GatewayError::NoReadyReplica(_)),
             "{error:?}"
@@ -210,7 +223,7 @@ mod tests {
         cold.set_models(vec!["m".into()]);
         cold.report_success(1);
         assert!(state.replicas.any_ready());
-        let error = pick(&state, Strategy::Random, &fields("other"), None, &[]).unwrap_err();
+        let error = pick(&state, Strategy::Random, &fields("other"), None, None, &[]).unwrap_err();
         assert!(matches!(error, GatewayError::UnknownModel(_)), "{error:?}");
     }
 

@@ -7,6 +7,13 @@
 //! replica is left, a replica's own 502/503 answer passes through; refused connections end in
 //! a 502 of the gateway's. A replica that sends no response headers within the first-byte
 //! timeout is not retried (the request may be running there) and the client gets 504. Once headers arrive, the response is committed.
+//!
+//! What every attempt sends (method, path, headers, body) is prepared once ([`Outgoing`]),
+//! and a retry routes with the prompt's block hashes taken back from the failed attempt, so
+//! a retry neither rebuilds the headers nor hashes the prompt again. A replica whose
+//! connection was refused is also taken out of the prefix index for this prompt
+//! ([`router_core::Router::forget_placement`]): the decision recorded it there, as AIBrix
+//! records every decision, but nothing reached it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +22,8 @@ use axum::extract::ConnectInfo;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::uri::PathAndQuery;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use router_core::Strategy;
@@ -45,6 +53,34 @@ enum AttemptError {
     Timeout,
 }
 
+/// What every attempt of one request sends upstream, prepared once.
+struct Outgoing {
+    method: Method,
+    /// The client's path and query, shared (not copied) by every attempt.
+    path_and_query: PathAndQuery,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Outgoing {
+    fn prepare(parts: &Parts, body: Bytes, request_id: &HeaderValue) -> Self {
+        let client = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| addr.ip());
+        Outgoing {
+            method: parts.method.clone(),
+            path_and_query: parts
+                .uri
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/")),
+            headers: headers::upstream_request_headers(&parts.headers, request_id, client),
+            body,
+        }
+    }
+}
+
 /// Picks a replica and forwards the request, retrying another replica on early failures.
 pub async fn forward(
     state: &AppState,
@@ -56,14 +92,17 @@ pub async fn forward(
     request_id: &HeaderValue,
 ) -> Result<Forwarded, GatewayError> {
     let max_attempts = state.settings.max_retries.saturating_add(1);
+    let mut outgoing = Outgoing::prepare(parts, body, request_id);
     let mut tried: Vec<Arc<Replica>> = Vec::new();
+    // The prompt's block hashes, taken back from a failed attempt's decision for the next.
+    let mut hashes: Option<Vec<u64>> = None;
     // What each failed attempt met, in order ("a: connection refused; b: answered 503").
     let mut failures = String::new();
     // A 502/503 answer kept in case no other replica can be tried: passing the replica's own
     // answer through says more than a gateway error would.
     let mut refused: Option<Forwarded> = None;
     for attempt in 1..=max_attempts {
-        let picked = match pick(state, strategy, fields, tokens, &tried) {
+        let mut picked = match pick(state, strategy, fields, tokens, hashes.take(), &tried) {
             Ok(picked) => picked,
             // Every replica was tried: the failure is theirs, not a lack of replicas.
             Err(GatewayError::NoReadyReplica(_)) if !tried.is_empty() => break,
@@ -76,12 +115,19 @@ pub async fn forward(
         let replica = Arc::clone(&picked.replica);
         // Borrowed, not copied: the name is only needed when the attempt fails.
         let pod = replica.name();
-        match send(state, &picked.replica, parts, body.clone(), request_id).await {
+        // The last attempt gives the prepared headers away; earlier ones keep them for a retry.
+        let headers = if attempt == max_attempts {
+            std::mem::take(&mut outgoing.headers)
+        } else {
+            outgoing.headers.clone()
+        };
+        match send(state, &picked.replica, &outgoing, headers).await {
             Ok(response) if is_retryable_status(response.status()) => {
                 note_failure(
                     &mut failures,
                     format_args!("{pod} answered {}", response.status()),
                 );
+                hashes = Some(std::mem::take(&mut picked.decision.prefix_hashes));
                 refused = Some(Forwarded {
                     response,
                     picked,
@@ -103,13 +149,11 @@ pub async fn forward(
                 });
             }
             Err(AttemptError::Retryable { reason, connect }) => {
-                if connect
-                    && replica.report_failure(state.settings.eject_after_failures)
-                        == HealthChange::Ejected
-                {
-                    state.metrics.record_ejection(pod);
+                if connect {
+                    refused_connection(state, &replica, &fields.model, &picked);
                 }
                 note_failure(&mut failures, format_args!("{pod}: {reason}"));
+                hashes = Some(std::mem::take(&mut picked.decision.prefix_hashes));
                 // `picked` (and its outstanding guard) is dropped here: the pod is released.
             }
         }
@@ -124,6 +168,17 @@ pub async fn forward(
         attempts: u32::try_from(tried.len()).unwrap_or(u32::MAX),
         failures,
     })
+}
+
+/// A replica refused the connection: nothing reached it, so the prefix index forgets that
+/// it was sent this prompt, and the failure counts towards ejecting it.
+fn refused_connection(state: &AppState, replica: &Replica, model: &str, picked: &Picked) {
+    state
+        .router
+        .forget_placement(model, &picked.decision.prefix_hashes, replica.name());
+    if replica.report_failure(state.settings.eject_after_failures) == HealthChange::Ejected {
+        state.metrics.record_ejection(replica.name());
+    }
 }
 
 /// Appends one attempt's failure to the list.
@@ -146,9 +201,8 @@ fn is_retryable_status(status: StatusCode) -> bool {
 async fn send(
     state: &AppState,
     replica: &Replica,
-    parts: &Parts,
-    body: Bytes,
-    request_id: &HeaderValue,
+    outgoing: &Outgoing,
+    headers: HeaderMap,
 ) -> Result<Response<Incoming>, AttemptError> {
     // Built from parts: the client's path is shared, not copied, and only the authority is
     // parsed (no formatted string to parse again).
@@ -163,26 +217,16 @@ async fn send(
                 connect: false,
             })?,
     );
-    uri.path_and_query = Some(
-        parts
-            .uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
-    );
+    uri.path_and_query = Some(outgoing.path_and_query.clone());
     let mut request = Request::builder()
-        .method(parts.method.clone())
+        .method(outgoing.method.clone())
         .uri(uri)
-        .body(Full::new(body))
+        .body(Full::new(outgoing.body.clone()))
         .map_err(|e| AttemptError::Retryable {
             reason: format!("cannot build the upstream request: {e}"),
             connect: false,
         })?;
-    let client = parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| addr.ip());
-    *request.headers_mut() = headers::upstream_request_headers(&parts.headers, request_id, client);
+    *request.headers_mut() = headers;
     match tokio::time::timeout(
         state.settings.first_byte_timeout,
         state.client.request(request),
