@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use router_core::Strategy;
+use tokio_util::sync::CancellationToken;
 
 use crate::admit::Admission;
 use crate::clock::Clock;
@@ -45,6 +46,9 @@ pub struct AppState {
     pub clock: Clock,
     /// Publishes each decision to the other gateways (cluster sharing); `None` alone.
     pub cluster: Option<ClusterPublisher>,
+    /// Cancelled when a shutdown's drain deadline passes: the responses still streaming end
+    /// with an error event before their connections are cut.
+    pub cut: CancellationToken,
 }
 
 #[cfg(test)]
@@ -75,6 +79,7 @@ impl AppState {
             },
             clock: Clock::new(),
             cluster: None,
+            cut: CancellationToken::new(),
         }
     }
 }

@@ -143,7 +143,7 @@ async fn shutdown_lets_in_flight_streams_finish() {
 }
 
 #[tokio::test]
-async fn shutdown_cuts_streams_at_the_end_of_the_grace_period() {
+async fn a_stream_cut_by_shutdown_ends_with_an_error_event() {
     let (a, gateway) = gateway_with_one_upstream().await;
     let client = Client::new();
     let response = client
@@ -152,8 +152,20 @@ async fn shutdown_cuts_streams_at_the_end_of_the_grace_period() {
     let mut body = response.into_body();
     body.frame().await.unwrap().unwrap();
     assert!(!gateway.shutdown_within(Duration::from_millis(100)).await);
-    // The cut connection ends the client's body and the upstream request.
-    assert!(body.collect().await.is_err());
+    // As a replica failure mid-stream: one error event, `[DONE]`, then the end of the body;
+    // the upstream request is cancelled.
+    let rest = body.collect().await.expect("the cut stream ends cleanly");
+    let rest = rest.to_bytes();
+    let text = std::str::from_utf8(&rest).unwrap();
+    let events = sse_events(text);
+    assert_eq!(events.len(), 2, "{text}");
+    let event = events[0].strip_prefix("data: ").expect(text);
+    let error: serde_json::Value = serde_json::from_str(event).unwrap();
+    assert_eq!(error["error"]["code"], "gateway_shutting_down", "{text}");
+    assert_eq!(error["error"]["type"], "overloaded_error", "{text}");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("replica a"), "{message}");
+    assert_eq!(events[1], "data: [DONE]");
     wait_until("the upstream request to be cancelled", || {
         a.in_flight() == 0
     })

@@ -7,7 +7,9 @@
 //! [`FIRST_POD_LIST_WAIT`]) → one health round (so models are known) → bind both listeners
 //! → background tasks (health, engine scrape, index sweep, and the token bucket sweep when
 //! token rates are on). Shutdown: stop accepting, let in-flight responses finish up to the
-//! grace period, then cut the rest (their guards release as the bodies drop).
+//! grace period, then cut the rest: streams end with an SSE error event within
+//! [`CUT_WRITE_TIME`], then every connection left is aborted (their guards release as the
+//! bodies drop).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use router_core::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::admit::Admission;
 use crate::clock::Clock;
@@ -37,6 +40,10 @@ use crate::upstream::upstream_client;
 /// How long start-up waits for the first pod list before serving without replicas (the
 /// watch keeps trying; `/ready` answers 503 until a pod is routable).
 pub const FIRST_POD_LIST_WAIT: Duration = Duration::from_secs(5);
+
+/// How long the responses cut at the drain deadline get to write their error event (and
+/// their connections to close) before the connections are aborted.
+pub const CUT_WRITE_TIME: Duration = Duration::from_secs(1);
 
 /// How often refilled tenant token buckets are forgotten.
 pub const TOKEN_BUCKET_SWEEP: Duration = Duration::from_secs(5);
@@ -189,6 +196,7 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
         },
         clock,
         cluster,
+        cut: CancellationToken::new(),
     });
 
     let bind = |addr: SocketAddr| async move {
@@ -401,8 +409,16 @@ impl GatewayHandle {
                 grace_ms = grace.as_millis(),
                 "grace period over; cutting in-flight responses"
             );
-            self.server.abort();
-            let _ = (&mut self.server).await;
+            // Streams end with an error event (as on a replica failure) and their
+            // connections close; whatever is still open after that is aborted.
+            self.state.cut.cancel();
+            if tokio::time::timeout(CUT_WRITE_TIME, &mut self.server)
+                .await
+                .is_err()
+            {
+                self.server.abort();
+                let _ = (&mut self.server).await;
+            }
         }
         if tokio::time::timeout(grace, &mut self.metrics_server)
             .await

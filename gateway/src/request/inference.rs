@@ -158,7 +158,8 @@ async fn serve(
     .with_first_token_limit(state.settings.first_token_timeout)
     .with_permit(permit)
     .with_ticket(picked.ticket)
-    .with_token_hold(tokens);
+    .with_token_hold(tokens)
+    .with_cut(state.cut.clone());
     let mut response = Response::new(Body::new(body));
     *response.status_mut() = upstream.status;
     headers::copy_response_headers(&upstream.headers, response.headers_mut());

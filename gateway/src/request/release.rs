@@ -12,7 +12,9 @@
 //! Failure after the response began cannot change the status any more. For an SSE response
 //! the failure becomes one `data: {"error":…}` event followed by `data: [DONE]`, so OpenAI
 //! clients see a clean end; for other responses the body errors and the connection is cut,
-//! so the client sees a truncated body rather than a silently short one.
+//! so the client sees a truncated body rather than a silently short one. A shutdown whose
+//! drain deadline passes is such a failure too (the `cut` token): the body ends with the
+//! event before the listener aborts the connection.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -23,6 +25,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use router_core::InFlight;
 use tokio::time::{Instant, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::admit::request_cost::UsageScan;
 use crate::admit::{AdmissionPermit, TokenHold};
@@ -44,6 +47,22 @@ pub enum StreamError {
         "replica {pod} sent no response body (no first token) within {wait_ms} ms of its headers"
     )]
     FirstToken { pod: String, wait_ms: u128 },
+    /// The gateway's shutdown passed its drain deadline with the response unfinished.
+    #[error("the gateway shut down before replica {pod} finished the response")]
+    Cut { pod: String },
+}
+
+impl StreamError {
+    /// The status and `code` of the SSE error event this failure becomes.
+    fn status_and_code(&self) -> (http::StatusCode, &'static str) {
+        match self {
+            StreamError::Cut { .. } => (
+                http::StatusCode::SERVICE_UNAVAILABLE,
+                "gateway_shutting_down",
+            ),
+            _ => (http::StatusCode::BAD_GATEWAY, "upstream_stream_failed"),
+        }
+    }
 }
 
 /// What to record when the body finishes.
@@ -94,6 +113,10 @@ pub struct GuardedBody<B> {
     /// after each frame, so time the client spends not reading is not counted as upstream
     /// silence).
     timer_armed: bool,
+    /// The shutdown's cut, and the wait on it (made on the first wait for the upstream, as
+    /// the idle timer).
+    cut: Option<CancellationToken>,
+    cut_wait: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     /// Whether the last byte sent ended an SSE event, so an error event starts cleanly.
     at_event_boundary: bool,
     first_frame_seen: bool,
@@ -121,6 +144,8 @@ impl<B> GuardedBody<B> {
             first_token: idle,
             idle_timer: None,
             timer_armed: false,
+            cut: None,
+            cut_wait: None,
             at_event_boundary: true,
             first_frame_seen: false,
             completion: Some(completion),
@@ -150,6 +175,13 @@ impl<B> GuardedBody<B> {
     /// body reports.
     pub fn with_token_hold(mut self, tokens: Option<TokenHold>) -> Self {
         self.tokens = tokens;
+        self
+    }
+
+    /// Ends the body with [`StreamError::Cut`] when `cut` is cancelled (the shutdown's drain
+    /// deadline), so a stream ends with an error event before its connection is aborted.
+    pub fn with_cut(mut self, cut: CancellationToken) -> Self {
+        self.cut = Some(cut);
         self
     }
 
@@ -188,12 +220,8 @@ impl<B> GuardedBody<B> {
             self.phase = Phase::Done;
             return Poll::Ready(Some(Err(error)));
         }
-        let body = openai_error(
-            http::StatusCode::BAD_GATEWAY,
-            &error.to_string(),
-            "upstream_stream_failed",
-            None,
-        );
+        let (status, code) = error.status_and_code();
+        let body = openai_error(status, &error.to_string(), code, None);
         let separator = if self.at_event_boundary { "" } else { "\n\n" };
         let mut tail = VecDeque::with_capacity(2);
         tail.push_back(Bytes::from(format!("{separator}data: {body}\n\n")));
@@ -230,6 +258,15 @@ where
             Phase::Done => return Poll::Ready(None),
             Phase::Tail(_) => return this.next_tail_frame(),
             Phase::Streaming => {}
+        }
+        // A stream that never waits (tokens back to back) still ends at the cut.
+        if this
+            .cut
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+        {
+            let pod = this.pod();
+            return this.fail(StreamError::Cut { pod });
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
@@ -287,6 +324,15 @@ where
                         None => {
                             this.idle_timer = Some(Box::pin(tokio::time::sleep_until(deadline)))
                         }
+                    }
+                }
+                if let Some(cut) = &this.cut {
+                    let wait = this
+                        .cut_wait
+                        .get_or_insert_with(|| Box::pin(cut.clone().cancelled_owned()));
+                    if wait.as_mut().poll(cx).is_ready() {
+                        let pod = this.pod();
+                        return this.fail(StreamError::Cut { pod });
                     }
                 }
                 if let Some(timer) = this.idle_timer.as_mut()
