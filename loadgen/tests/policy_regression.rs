@@ -531,3 +531,6 @@ mod ensemble;
 
 #[path = "policy_regression/draws.rs"]
 mod draws;
+
+#[path = "policy_regression/fleets_and_trace.rs"]
+mod fleets_and_trace;
