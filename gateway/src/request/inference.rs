@@ -13,8 +13,10 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::HeaderValue;
-use router_core::text::Endpoint;
+use router_core::Strategy;
+use router_core::text::{Endpoint, RoutingFields};
 
+use crate::admit::{AdmissionPermit, TokenHold};
 use crate::kv_sync::engine_tokens;
 use crate::request::error::GatewayError;
 use crate::request::headers;
@@ -73,30 +75,7 @@ async fn serve(
         state
             .admission
             .charge_tokens(&parts.headers, endpoint, &bytes, &fields, &state.metrics)?;
-    let engine_tokens = match state.settings.engine_tokenize_timeout {
-        // A token-id prompt is already what the engine sees; it is routed by its ids below.
-        _ if fields.tokens.is_some() => None,
-        Some(timeout) if strategy.uses_prefix_index() => {
-            let tokens = engine_tokens::engine_tokens(
-                &state.replicas,
-                &state.client,
-                endpoint,
-                &fields.model,
-                &bytes,
-                timeout,
-            )
-            .await;
-            if tokens.is_none() {
-                // Routed on the text tokenizer instead: its hashes will not meet the
-                // engine-fed ones, so the decision may miss a cached prefix.
-                state
-                    .metrics
-                    .count_routing_error(&fields.model, "tokenize_failed");
-            }
-            tokens
-        }
-        _ => None,
-    };
+    let engine_tokens = engine_tokens_for(state, strategy, endpoint, &fields, &bytes).await;
     let forwarded = proxy::forward(
         state,
         strategy,
@@ -107,11 +86,7 @@ async fn serve(
         request_id,
     )
     .await;
-    let Forwarded {
-        response,
-        picked,
-        sent_at,
-    } = match forwarded {
+    let forwarded = match forwarded {
         Ok(forwarded) => forwarded,
         Err(error) => {
             // No replica ran the request, so its tokens go back, except after a first-byte
@@ -124,7 +99,66 @@ async fn serve(
             return Err(error);
         }
     };
+    Ok(respond(
+        state,
+        &fields.model,
+        forwarded,
+        permit,
+        tokens,
+        request_id,
+    ))
+}
 
+/// With KV-event sync (`engine_tokenize_timeout` set) and a prefix-aware strategy, the
+/// prompt as the engine tokenizes it, hashed instead of the text so the hashes meet the
+/// engine's `BlockStored` ones; `None` otherwise, or when the engine's `/tokenize` fails.
+async fn engine_tokens_for(
+    state: &AppState,
+    strategy: Strategy,
+    endpoint: Endpoint,
+    fields: &RoutingFields,
+    bytes: &[u8],
+) -> Option<Vec<u8>> {
+    let timeout = state.settings.engine_tokenize_timeout?;
+    // A token-id prompt is already what the engine sees; it is routed by its ids.
+    if fields.tokens.is_some() || !strategy.uses_prefix_index() {
+        return None;
+    }
+    let tokens = engine_tokens::engine_tokens(
+        &state.replicas,
+        &state.client,
+        endpoint,
+        &fields.model,
+        bytes,
+        timeout,
+    )
+    .await;
+    if tokens.is_none() {
+        // Routed on the text tokenizer instead: its hashes will not meet the engine-fed
+        // ones, so the decision may miss a cached prefix.
+        state
+            .metrics
+            .count_routing_error(&fields.model, "tokenize_failed");
+    }
+    tokens
+}
+
+/// The client's response: the replica's status and headers plus the routing headers, and
+/// its body in a [`GuardedBody`] holding the pod's guard, the admission permit and the
+/// tenant's token charge until it ends.
+fn respond(
+    state: &AppState,
+    model: &str,
+    forwarded: Forwarded,
+    permit: AdmissionPermit,
+    tokens: Option<TokenHold>,
+    request_id: &HeaderValue,
+) -> Response {
+    let Forwarded {
+        response,
+        picked,
+        sent_at,
+    } = forwarded;
     let (upstream, upstream_body) = response.into_parts();
     // A replica that answered with an error generated nothing: the tenant's tokens go back.
     let tokens = match tokens {
@@ -142,7 +176,7 @@ async fn serve(
     let pod = picked.replica.name().to_owned();
     state
         .metrics
-        .record_request(&fields.model, &pod, upstream.status.as_u16());
+        .record_request(model, &pod, upstream.status.as_u16());
     let body = GuardedBody::new(
         upstream_body,
         picked.guard,
@@ -169,5 +203,5 @@ async fn serve(
         &picked.decision,
         picked.replica.authority(),
     );
-    Ok(response)
+    response
 }

@@ -69,31 +69,7 @@ pub fn pick(
     exclude: &[Arc<Replica>],
 ) -> Result<Picked, GatewayError> {
     let snapshot = state.replicas.snapshot();
-    // One pass and one vector: this runs for every request, and the chosen replica is found
-    // again by its load view below rather than kept in a second vector.
-    let mut serving = false;
-    let mut candidates: Vec<Candidate<'_>> = Vec::with_capacity(snapshot.len());
-    for replica in snapshot.iter().filter(|r| r.serves(&fields.model)) {
-        serving = true;
-        if replica.is_ready() && !exclude.iter().any(|x| Arc::ptr_eq(x, replica)) {
-            candidates.push(Candidate {
-                name: replica.name(),
-                load: replica.load(),
-            });
-        }
-    }
-    if !serving {
-        // A replica whose models are not known yet (its /v1/models has not answered) may
-        // serve the model: "not found" is only said when every replica has answered, since
-        // clients take a 404 as permanent and a 503 as "try again".
-        if snapshot.iter().any(|r| r.models().is_empty()) {
-            return Err(GatewayError::NoReadyReplica(fields.model.clone()));
-        }
-        return Err(GatewayError::UnknownModel(fields.model.clone()));
-    }
-    if candidates.is_empty() {
-        return Err(GatewayError::NoReadyReplica(fields.model.clone()));
-    }
+    let candidates = candidates(&snapshot, &fields.model, exclude)?;
     let request = RouteRequest {
         model: &fields.model,
         text: &fields.text,
@@ -145,6 +121,40 @@ pub fn pick(
             Err(GatewayError::Routing(error.to_string()))
         }
     }
+}
+
+/// The ready, untried replicas serving `model`, as the router sees them. One pass and one
+/// vector: this runs for every request, and the chosen replica is found again by its load
+/// view rather than kept in a second vector.
+fn candidates<'s>(
+    snapshot: &'s [Arc<Replica>],
+    model: &str,
+    exclude: &[Arc<Replica>],
+) -> Result<Vec<Candidate<'s>>, GatewayError> {
+    let mut serving = false;
+    let mut candidates: Vec<Candidate<'_>> = Vec::with_capacity(snapshot.len());
+    for replica in snapshot.iter().filter(|r| r.serves(model)) {
+        serving = true;
+        if replica.is_ready() && !exclude.iter().any(|x| Arc::ptr_eq(x, replica)) {
+            candidates.push(Candidate {
+                name: replica.name(),
+                load: replica.load(),
+            });
+        }
+    }
+    if !serving {
+        // A replica whose models are not known yet (its /v1/models has not answered) may
+        // serve the model: "not found" is only said when every replica has answered, since
+        // clients take a 404 as permanent and a 503 as "try again".
+        if snapshot.iter().any(|r| r.models().is_empty()) {
+            return Err(GatewayError::NoReadyReplica(model.to_owned()));
+        }
+        return Err(GatewayError::UnknownModel(model.to_owned()));
+    }
+    if candidates.is_empty() {
+        return Err(GatewayError::NoReadyReplica(model.to_owned()));
+    }
+    Ok(candidates)
 }
 
 #[cfg(test)]

@@ -79,6 +79,16 @@ impl Outgoing {
             body,
         }
     }
+
+    /// The headers for one attempt: the last one takes the prepared map, earlier ones a
+    /// copy, so that a retry finds it whole.
+    fn headers_for(&mut self, last: bool) -> HeaderMap {
+        if last {
+            std::mem::take(&mut self.headers)
+        } else {
+            self.headers.clone()
+        }
+    }
 }
 
 /// Picks a replica and forwards the request, retrying another replica on early failures.
@@ -115,12 +125,7 @@ pub async fn forward(
         let replica = Arc::clone(&picked.replica);
         // Borrowed, not copied: the name is only needed when the attempt fails.
         let pod = replica.name();
-        // The last attempt gives the prepared headers away; earlier ones keep them for a retry.
-        let headers = if attempt == max_attempts {
-            std::mem::take(&mut outgoing.headers)
-        } else {
-            outgoing.headers.clone()
-        };
+        let headers = outgoing.headers_for(attempt == max_attempts);
         match send(state, &picked.replica, &outgoing, headers).await {
             Ok(response) if is_retryable_status(response.status()) => {
                 note_failure(
@@ -141,13 +146,7 @@ pub async fn forward(
                     sent_at,
                 });
             }
-            Err(AttemptError::Timeout) => {
-                return Err(GatewayError::UpstreamTimeout {
-                    pod: pod.to_owned(),
-                    timeout_ms: u64::try_from(state.settings.first_byte_timeout.as_millis())
-                        .unwrap_or(u64::MAX),
-                });
-            }
+            Err(AttemptError::Timeout) => return Err(first_byte_timeout(state, pod)),
             Err(AttemptError::Retryable { reason, connect }) => {
                 if connect {
                     refused_connection(state, &replica, &fields.model, &picked);
@@ -168,6 +167,15 @@ pub async fn forward(
         attempts: u32::try_from(tried.len()).unwrap_or(u32::MAX),
         failures,
     })
+}
+
+/// The 504 of a replica that sent no response headers within the first-byte timeout.
+fn first_byte_timeout(state: &AppState, pod: &str) -> GatewayError {
+    GatewayError::UpstreamTimeout {
+        pod: pod.to_owned(),
+        timeout_ms: u64::try_from(state.settings.first_byte_timeout.as_millis())
+            .unwrap_or(u64::MAX),
+    }
 }
 
 /// A replica refused the connection: nothing reached it, so the prefix index forgets that

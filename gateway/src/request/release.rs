@@ -241,6 +241,87 @@ impl<B> GuardedBody<B> {
     }
 }
 
+/// The two halves of [`GuardedBody::poll_frame`]: a data frame passing, and a wait.
+impl<B> GuardedBody<B> {
+    /// Notes a data frame on its way to the client: the SSE event boundary, the usage
+    /// numbers, and on the first frame the request's first byte (load view, cluster, TTFT).
+    fn observe_data(&mut self, data: &Bytes) {
+        if !data.is_empty() {
+            self.at_event_boundary = data.ends_with(b"\n\n");
+        }
+        self.usage.observe(data);
+        if let Some(tokens) = self.tokens.as_mut() {
+            tokens.observe(data);
+        }
+        if self.first_frame_seen {
+            return;
+        }
+        self.first_frame_seen = true;
+        // The replica has prefilled this request: its blocks stop counting as pending
+        // prefill in the load view (`prefix-load` reads it).
+        if let Some(guard) = self.guard.as_mut()
+            && let Some(c) = &self.completion
+        {
+            guard.first_byte(c.clock.now_ms());
+        }
+        if let Some(ticket) = self.ticket.as_mut() {
+            ticket.first_byte();
+        }
+        if let Some(c) = &self.completion {
+            c.metrics.observe_ttft(&c.pod, c.sent_at.elapsed());
+        }
+    }
+
+    /// The replica sent nothing this poll: arms the first-token or idle timer (created on
+    /// the first wait only), and ends the stream at a shutdown's cut or when the timer has
+    /// run out.
+    fn poll_wait(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, StreamError>>> {
+        let limit = if self.first_frame_seen {
+            self.idle
+        } else {
+            self.first_token
+        };
+        if !self.timer_armed {
+            self.timer_armed = true;
+            let deadline = Instant::now() + limit;
+            match self.idle_timer.as_mut() {
+                Some(timer) => timer.as_mut().reset(deadline),
+                None => self.idle_timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+        }
+        if let Some(cut) = &self.cut {
+            let wait = self
+                .cut_wait
+                .get_or_insert_with(|| Box::pin(cut.clone().cancelled_owned()));
+            if wait.as_mut().poll(cx).is_ready() {
+                let pod = self.pod();
+                return self.fail(StreamError::Cut { pod });
+            }
+        }
+        if let Some(timer) = self.idle_timer.as_mut()
+            && timer.as_mut().poll(cx).is_ready()
+        {
+            let pod = self.pod();
+            let error = if self.first_frame_seen {
+                StreamError::Idle {
+                    pod,
+                    idle_ms: limit.as_millis(),
+                }
+            } else {
+                StreamError::FirstToken {
+                    pod,
+                    wait_ms: limit.as_millis(),
+                }
+            };
+            return self.fail(error);
+        }
+        Poll::Pending
+    }
+}
+
 impl<B> Body for GuardedBody<B>
 where
     B: Body<Data = Bytes> + Unpin,
@@ -272,29 +353,7 @@ where
             Poll::Ready(Some(Ok(frame))) => {
                 this.timer_armed = false;
                 if let Some(data) = frame.data_ref() {
-                    if !data.is_empty() {
-                        this.at_event_boundary = data.ends_with(b"\n\n");
-                    }
-                    this.usage.observe(data);
-                    if let Some(tokens) = this.tokens.as_mut() {
-                        tokens.observe(data);
-                    }
-                    if !this.first_frame_seen {
-                        this.first_frame_seen = true;
-                        // The replica has prefilled this request: its blocks stop counting
-                        // as pending prefill in the load view (`prefix-load` reads it).
-                        if let Some(guard) = this.guard.as_mut()
-                            && let Some(c) = &this.completion
-                        {
-                            guard.first_byte(c.clock.now_ms());
-                        }
-                        if let Some(ticket) = this.ticket.as_mut() {
-                            ticket.first_byte();
-                        }
-                        if let Some(c) = &this.completion {
-                            c.metrics.observe_ttft(&c.pod, c.sent_at.elapsed());
-                        }
-                    }
+                    this.observe_data(data);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -310,50 +369,7 @@ where
                 this.phase = Phase::Done;
                 Poll::Ready(None)
             }
-            Poll::Pending => {
-                let limit = if this.first_frame_seen {
-                    this.idle
-                } else {
-                    this.first_token
-                };
-                if !this.timer_armed {
-                    this.timer_armed = true;
-                    let deadline = Instant::now() + limit;
-                    match this.idle_timer.as_mut() {
-                        Some(timer) => timer.as_mut().reset(deadline),
-                        None => {
-                            this.idle_timer = Some(Box::pin(tokio::time::sleep_until(deadline)))
-                        }
-                    }
-                }
-                if let Some(cut) = &this.cut {
-                    let wait = this
-                        .cut_wait
-                        .get_or_insert_with(|| Box::pin(cut.clone().cancelled_owned()));
-                    if wait.as_mut().poll(cx).is_ready() {
-                        let pod = this.pod();
-                        return this.fail(StreamError::Cut { pod });
-                    }
-                }
-                if let Some(timer) = this.idle_timer.as_mut()
-                    && timer.as_mut().poll(cx).is_ready()
-                {
-                    let pod = this.pod();
-                    let error = if this.first_frame_seen {
-                        StreamError::Idle {
-                            pod,
-                            idle_ms: limit.as_millis(),
-                        }
-                    } else {
-                        StreamError::FirstToken {
-                            pod,
-                            wait_ms: limit.as_millis(),
-                        }
-                    };
-                    return this.fail(error);
-                }
-                Poll::Pending
-            }
+            Poll::Pending => this.poll_wait(cx),
         }
     }
 
