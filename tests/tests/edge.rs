@@ -162,3 +162,73 @@ async fn a_client_that_closes_while_its_request_waits_in_the_engine_releases_it(
     .await;
     shutdown_once_released(gateway).await;
 }
+
+/// Writes `request` whole and reads the gateway's answer until it closes: head and body.
+async fn raw_answer(gateway: &gateway::GatewayHandle, request: &[u8]) -> (String, String) {
+    let mut tcp = TcpStream::connect(gateway.addr()).await.unwrap();
+    tcp.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
+        .await
+        .expect("the gateway closes once it has answered")
+        .expect("closed without a reset");
+    let answer = String::from_utf8(answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect(&answer);
+    (head.to_owned(), body.to_owned())
+}
+
+/// The OpenAI error in a raw answer, checked to be one: JSON, `content-type:
+/// application/json`, `{"error":{"message","type","param","code"}}`.
+fn openai_error(head: &str, body: &str) -> serde_json::Value {
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\ncontent-type: application/json"),
+        "{head}"
+    );
+    let json: serde_json::Value = serde_json::from_str(body).expect(body);
+    let error = &json["error"];
+    for field in ["message", "type", "code"] {
+        assert!(error[field].is_string(), "{field}: {body}");
+    }
+    assert!(error.get("param").is_some(), "{body}");
+    error.clone()
+}
+
+#[tokio::test]
+async fn too_many_or_too_large_headers_get_an_openai_431() {
+    let (a, gateway) = gateway_with_one_upstream().await;
+    let body = chat_body("hi", false);
+    let many: String = (0..200).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let large = format!("x-large: {}\r\n", "a".repeat(64 * 1024));
+    for (what, extra) in [("200 headers", many), ("one 64 KiB header", large)] {
+        let request = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
+             connection: close\r\n{extra}content-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let (head, body) = raw_answer(&gateway, request.as_bytes()).await;
+        assert!(head.starts_with("HTTP/1.1 431 "), "{what}: {head}");
+        let error = openai_error(&head, &body);
+        assert_eq!(error["code"], "headers_too_large", "{what}: {body}");
+        assert_eq!(error["type"], "invalid_request_error", "{what}: {body}");
+    }
+    assert_eq!(a.requests(), 0, "nothing forwarded");
+    shutdown_once_released(gateway).await;
+}
+
+#[tokio::test]
+async fn a_malformed_chunked_body_gets_an_openai_400() {
+    let (a, gateway) = gateway_with_one_upstream().await;
+    let request = b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n\
+        content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n";
+    let (head, body) = raw_answer(&gateway, request).await;
+    assert!(head.starts_with("HTTP/1.1 400 "), "{head}");
+    let error = openai_error(&head, &body);
+    assert_eq!(error["code"], "invalid_body", "{body}");
+    assert!(
+        error["message"].as_str().unwrap().contains("chunk size"),
+        "{body}"
+    );
+    assert_eq!(a.requests(), 0, "nothing forwarded");
+    shutdown_once_released(gateway).await;
+}

@@ -25,6 +25,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
+use axum::response::IntoResponse;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -35,6 +36,8 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use crate::edge::half_close::{Exchanges, HalfCloseIo};
+use crate::edge::head_limits::{self, HYPER_MAX_HEADERS};
+use crate::request::parse::linger;
 
 /// A client that sends no complete request head for this long is disconnected. For HTTP/2
 /// (which has no per-head timer) it bounds the wait for the connection's first request.
@@ -161,8 +164,14 @@ async fn serve_http<I>(
             // The client's address, for `x-forwarded-for` (axum's extractor type).
             request.extensions_mut().insert(ConnectInfo(peer));
             let exchange = exchanges.dispatch(&request);
+            let refused = head_limits::check(request.headers()).err();
             let router = router.clone();
             async move {
+                if let Some(error) = refused {
+                    // Read and drop the body, so the client reads the 431 (as after a 413).
+                    linger(Body::new(request.into_body()));
+                    return Ok(error.into_response());
+                }
                 let Some(exchange) = exchange else {
                     return router.oneshot(request.map(Body::new)).await;
                 };
@@ -181,7 +190,9 @@ async fn serve_http<I>(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        // Above the gateway's own limit, which answers in OpenAI JSON (head_limits).
+        .max_headers(HYPER_MAX_HEADERS);
     builder
         .http2()
         .timer(TokioTimer::new())

@@ -4,12 +4,14 @@
 //!   connection limits and graceful drain;
 //! - [`half_close`]: an HTTP/1.1 client that half-closes after its request is answered,
 //!   one that left is released (a probe tells them apart);
+//! - [`head_limits`]: the gateway's header count and size limits, answered with OpenAI JSON;
 //! - [`tls`]: the `[tls]` settings and the certificate and key loaded into an acceptor;
 //! - [`server`]: [`server::start`] turns a configuration into listeners plus background
 //!   tasks, and [`server::GatewayHandle`] stops them;
 //! - [`shutdown`]: the stop signals the binary waits for.
 
 pub mod half_close;
+pub mod head_limits;
 pub mod listener;
 pub mod server;
 pub mod shutdown;

@@ -3,8 +3,8 @@
 //! Every failure on the request path becomes a [`GatewayError`], which knows who caused it
 //! (the client, the upstream replica, or the gateway) and maps, in one place, to a status code
 //! and an OpenAI-shaped body `{"error":{"message","type","param","code"}}`. The `type` follows
-//! AIBrix's table: 400/404/413 `invalid_request_error`, 503 `overloaded_error`, else
-//! `api_error`.
+//! AIBrix's table: 400/404/413 `invalid_request_error` (and 431, which AIBrix never sends),
+//! 503 `overloaded_error`, else `api_error`.
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -19,6 +19,9 @@ pub enum GatewayError {
     /// The body could not be read from the client (it disconnected or sent a broken body).
     #[error("could not read the request body: {0}")]
     BodyRead(String),
+    /// The request head has more header fields or bytes than the gateway takes.
+    #[error("request header fields too large: {0}")]
+    HeadTooLarge(String),
     /// The body is longer than the configured limit.
     #[error("request body exceeds the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
@@ -96,6 +99,7 @@ impl GatewayError {
             GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
             GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             GatewayError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            GatewayError::HeadTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             GatewayError::UnknownModel(_) | GatewayError::UnknownPath(_) => StatusCode::NOT_FOUND,
             GatewayError::NoReadyReplica(_)
             | GatewayError::Routing(_)
@@ -111,6 +115,7 @@ impl GatewayError {
             GatewayError::Body(_)
             | GatewayError::BodyRead(_)
             | GatewayError::BodyTooLarge { .. }
+            | GatewayError::HeadTooLarge(_)
             | GatewayError::UnknownModel(_)
             | GatewayError::UnknownStrategy(_)
             | GatewayError::UnknownPath(_)
@@ -135,6 +140,7 @@ impl GatewayError {
             GatewayError::Body(BodyError::InvalidField { .. }) => "invalid_field",
             GatewayError::BodyRead(_) => "invalid_body",
             GatewayError::BodyTooLarge { .. } => "body_too_large",
+            GatewayError::HeadTooLarge(_) => "headers_too_large",
             GatewayError::UnknownModel(_) => "model_not_found",
             GatewayError::UnknownStrategy(_) => "invalid_routing_strategy",
             GatewayError::NoReadyReplica(_)
@@ -196,7 +202,7 @@ pub fn openai_error(
 /// AIBrix's status → `type` table.
 fn error_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
-        400 | 404 | 413 => "invalid_request_error",
+        400 | 404 | 413 | 431 => "invalid_request_error",
         401 => "authentication_error",
         429 => "rate_limit_error",
         503 => "overloaded_error",
@@ -254,6 +260,11 @@ mod tests {
             (
                 GatewayError::BodyTooLarge { limit: 10 },
                 413,
+                "invalid_request_error",
+            ),
+            (
+                GatewayError::HeadTooLarge("101 header fields".into()),
+                431,
                 "invalid_request_error",
             ),
             (

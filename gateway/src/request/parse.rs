@@ -55,13 +55,29 @@ pub async fn read_body(
             linger(body);
             Err(GatewayError::BodyTooLarge { limit })
         }
-        Err(error) => Err(GatewayError::BodyRead(error.to_string())),
+        Err(error) => Err(GatewayError::BodyRead(with_causes(error.as_ref()))),
     }
+}
+
+/// An error and its causes, `outer: inner: …`: hyper's body error alone says only "error
+/// reading a body from connection", its cause what was wrong (e.g. "invalid chunk size line").
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let text = inner.to_string();
+        if !message.ends_with(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        cause = inner.source();
+    }
+    message
 }
 
 /// Reads and discards the rest of a refused body in its own task, for at most
 /// [`LINGER_TIME`] and [`LINGER_BYTES`]; the connection then closes without a reset.
-fn linger(mut body: Body) {
+pub(crate) fn linger(mut body: Body) {
     tokio::spawn(async move {
         let drain = async {
             let mut read = 0usize;
