@@ -380,6 +380,41 @@ mod tests {
         assert!(err.contains("fastest"), "{err}");
     }
 
+    const OVERLOAD: &str = include_str!("../../../config/workloads/overload.toml");
+    const OVERLOAD_3K: &str = include_str!("../../../config/workloads/overload-3k.toml");
+
+    #[test]
+    fn the_overload_workloads_are_issue_15s_cases() {
+        // Twice the seed's rate, and 256-token answers at the seed's rate, on its prompts.
+        let m = Matrix::from_toml_str(OVERLOAD, "overload").unwrap();
+        for p in m.phases() {
+            let (rps, output) = if p.scenario.starts_with("rate2x-") {
+                (3.2, 128)
+            } else {
+                assert!(p.scenario.starts_with("out256-"), "{}", p.scenario);
+                (1.6, 256)
+            };
+            assert_eq!((p.shape.rps, p.shape.output), (rps, output), "{}", p.name);
+            assert_eq!(
+                (p.shape.count, p.shape.prefix_tokens),
+                (96, 4704),
+                "{}",
+                p.name
+            );
+        }
+        assert_eq!(m.phases().len(), 3 * 8 * 4);
+        // 3k-token prompts, 20 % of them the family's prefix, at the seed's rate.
+        let m = Matrix::from_toml_str(OVERLOAD_3K, "overload-3k").unwrap();
+        for p in m.phases() {
+            for tail in p.shape.tail_tokens {
+                let prompt = p.shape.prefix_tokens + 1 + tail;
+                assert!((2900..=3100).contains(&prompt), "{}: {prompt}", p.name);
+                assert_eq!(100 * p.shape.prefix_tokens / prompt, 20, "{}", p.name);
+            }
+            assert_eq!(p.shape.rps, 1.6, "{}", p.name);
+        }
+    }
+
     #[test]
     fn the_example_workloads_load_and_name_bad_scenario_keys() {
         for (name, text) in [
@@ -400,11 +435,15 @@ mod tests {
                 "cold-warm",
                 include_str!("../../../config/workloads/cold-warm.toml"),
             ),
+            ("overload", OVERLOAD),
+            ("overload-3k", OVERLOAD_3K),
         ] {
             let m = Matrix::from_toml_str(text, name).unwrap();
-            // Every file but the seed-shaped cold-warm asks for some traffic of its own.
+            // Every file but the seed-shaped ones (constant arrivals, fixed answers, a range
+            // of tails) asks for some traffic of its own.
             let shaped = m.phases().iter().any(|p| p.traffic.describe().is_some());
-            assert_eq!(shaped, name != "cold-warm", "{name}");
+            let seed_shaped = ["cold-warm", "overload", "overload-3k"].contains(&name);
+            assert_eq!(shaped, !seed_shaped, "{name}");
         }
         let seed = Matrix::builtin().unwrap();
         assert!(seed.phases().iter().all(|p| p.traffic.describe().is_none()));
