@@ -39,8 +39,15 @@ pub struct RoutingFields {
     pub model: String,
     pub stream: bool,
     /// The message text the prefix is computed from (empty for embeddings and token-id
-    /// prompts).
+    /// prompts, and when the parse was asked for no text: [`Text::LengthOnly`]).
     pub text: String,
+    /// The message text's length in bytes, whether or not it was built.
+    pub text_len: usize,
+    /// The completion's bound, read in the same parse: `max_completion_tokens`, else
+    /// `max_tokens` (vLLM's precedence); `None` when neither is given. A value that is not a
+    /// non-negative integer is an error naming its field, reported by whoever needs the
+    /// number (token admission), so that a request no one bounds is not refused for it.
+    pub max_tokens: Result<Option<u64>, BodyError>,
     /// A token-id prompt's ids (its first prompt's, for a batch) as 4-byte big-endian bytes
     /// ([`crate::kv_sync::token_bytes`]), for [`crate::RouteRequest::tokens`].
     pub tokens: Option<Vec<u8>>,
@@ -73,6 +80,10 @@ impl BodyError {
 /// with an error naming the field, and so that `null` is told apart from absence.
 #[derive(Deserialize)]
 struct TopLevel<'a> {
+    #[serde(default, borrow)]
+    max_tokens: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    max_completion_tokens: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "present")]
     model: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "present")]
@@ -95,8 +106,28 @@ fn present<'de, D: Deserializer<'de>>(de: D) -> Result<Option<&'de RawValue>, D:
     <&'de RawValue>::deserialize(de).map(Some)
 }
 
-/// Parses just what routing needs from `body`.
+/// Whether a parse builds the message text or only measures it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Text {
+    /// Build it (prefix-aware strategies hash it).
+    Build,
+    /// Validate the messages and count the text's bytes, but build no string: for strategies
+    /// that never read it.
+    LengthOnly,
+}
+
+/// Parses just what routing needs from `body`, the message text included.
 pub fn routing_fields(endpoint: Endpoint, body: &[u8]) -> Result<RoutingFields, BodyError> {
+    routing_fields_with(endpoint, body, Text::Build)
+}
+
+/// [`routing_fields`], building the message text only when `text` asks for it. The body is
+/// parsed once: the completion bound ([`RoutingFields::max_tokens`]) is read in the same pass.
+pub fn routing_fields_with(
+    endpoint: Endpoint,
+    body: &[u8],
+    text: Text,
+) -> Result<RoutingFields, BodyError> {
     // serde would also build the struct from a JSON array; a body must be an object.
     if body.trim_ascii_start().first() != Some(&b'{') {
         return Err(BodyError::InvalidJson("expected a JSON object".to_owned()));
@@ -105,19 +136,63 @@ pub fn routing_fields(endpoint: Endpoint, body: &[u8]) -> Result<RoutingFields, 
         serde_json::from_slice(body).map_err(|e| BodyError::InvalidJson(e.to_string()))?;
     let model = model(top.model)?;
     let stream = stream(top.stream)?;
-    let (text, tokens) = match endpoint {
-        Endpoint::ChatCompletions => (chat_text(top.messages)?, None),
+    let mut joined = Joined::new(text);
+    let tokens = match endpoint {
+        Endpoint::ChatCompletions => {
+            chat_text(top.messages, &mut joined)?;
+            None
+        }
         Endpoint::Completions => match prompt(top.prompt)? {
-            Prompt::Text(text) => (text, None),
-            Prompt::Tokens(ids) => (String::new(), Some(crate::kv_sync::token_bytes(&ids))),
+            Prompt::Text(text) => {
+                joined.push(&text);
+                None
+            }
+            Prompt::Tokens(ids) => Some(crate::kv_sync::token_bytes(&ids)),
         },
-        Endpoint::Embeddings => (String::new(), None),
+        Endpoint::Embeddings => None,
     };
+    let max_tokens = bound("max_completion_tokens", top.max_completion_tokens)
+        .and_then(|completion| Ok(completion.or(bound("max_tokens", top.max_tokens)?)));
     Ok(RoutingFields {
         model,
         stream,
-        text,
+        text: joined.text.unwrap_or_default(),
+        text_len: joined.len,
         tokens,
+        max_tokens,
+    })
+}
+
+/// The message text as it is joined: built, or only measured.
+struct Joined {
+    text: Option<String>,
+    len: usize,
+}
+
+impl Joined {
+    fn new(text: Text) -> Self {
+        Joined {
+            text: (text == Text::Build).then(String::new),
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, part: &str) {
+        self.len += part.len();
+        if let Some(text) = self.text.as_mut() {
+            text.push_str(part);
+        }
+    }
+}
+
+/// A completion-bound field's value: absent and `null` are `None`.
+fn bound(field: &'static str, raw: Option<&RawValue>) -> Result<Option<u64>, BodyError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    serde_json::from_str::<Option<u64>>(raw.get()).map_err(|_| BodyError::InvalidField {
+        field,
+        reason: format!("must be a non-negative integer, not {}", raw.get()),
     })
 }
 
@@ -140,7 +215,7 @@ fn stream(raw: Option<&RawValue>) -> Result<bool, BodyError> {
     }
 }
 
-fn chat_text(raw: Option<&RawValue>) -> Result<String, BodyError> {
+fn chat_text(raw: Option<&RawValue>, text: &mut Joined) -> Result<(), BodyError> {
     let raw = raw.ok_or(BodyError::NoMessages)?;
     // `null` reads as no messages, as in AIBrix (a nil slice has length 0).
     if raw.get() == "null" {
@@ -151,7 +226,9 @@ fn chat_text(raw: Option<&RawValue>) -> Result<String, BodyError> {
     if messages.is_empty() {
         return Err(BodyError::NoMessages);
     }
-    let mut text = String::with_capacity(raw.get().len());
+    if let Some(text) = text.text.as_mut() {
+        text.reserve(raw.get().len());
+    }
     for (i, message) in messages.into_iter().enumerate() {
         if !message.get().starts_with('{') {
             return Err(BodyError::field(
@@ -162,17 +239,17 @@ fn chat_text(raw: Option<&RawValue>) -> Result<String, BodyError> {
         let message: Message<'_> = serde_json::from_str(message.get())
             .map_err(|e| BodyError::field("messages", format!("element {i}: {e}")))?;
         if i > 0 {
-            text.push(' ');
+            text.push(" ");
         }
         if let Some(content) = message.content {
             match json_string(content) {
-                Some(s) => text.push_str(&s),
+                Some(s) => text.push(&s),
                 // Non-string content is hashed as sent, so no re-serialisation can change it.
-                None => text.push_str(content.get()),
+                None => text.push(content.get()),
             }
         }
     }
-    Ok(text)
+    Ok(())
 }
 
 /// What a completion is routed by: its (first) prompt's text or token ids.
@@ -234,9 +311,11 @@ fn json_string(raw: &RawValue) -> Option<Cow<'_, str>> {
     if !json.starts_with('"') {
         return None;
     }
-    // `&str` only deserialises when the string has no escapes; then nothing is copied.
-    if let Ok(borrowed) = serde_json::from_str::<&str>(json) {
-        return Some(Cow::Borrowed(borrowed));
+    // A raw value is JSON the parser has validated: a string with no backslash has no
+    // escapes, so its text is what lies between the quotes, found without a second scan of
+    // it (the prompt is most of the body).
+    if !json.contains('\\') {
+        return json.get(1..json.len() - 1).map(Cow::Borrowed);
     }
     serde_json::from_str::<String>(json).ok().map(Cow::Owned)
 }
@@ -435,6 +514,58 @@ mod tests {
         assert_eq!(json_string(raw).as_deref(), Some("a\nb"));
         let raw: &RawValue = serde_json::from_str("12").unwrap();
         assert_eq!(json_string(raw), None);
+    }
+
+    #[test]
+    fn the_completion_bound_is_read_in_the_same_parse() {
+        let bound = |body: &str| completion(body).unwrap().max_tokens;
+        assert_eq!(bound(r#"{"model":"m","prompt":"p"}"#), Ok(None));
+        assert_eq!(
+            bound(r#"{"model":"m","prompt":"p","max_tokens":5}"#),
+            Ok(Some(5))
+        );
+        assert_eq!(
+            bound(r#"{"model":"m","prompt":"p","max_tokens":5,"max_completion_tokens":9}"#),
+            Ok(Some(9))
+        );
+        assert_eq!(
+            bound(r#"{"model":"m","prompt":"p","max_tokens":7,"max_completion_tokens":null}"#),
+            Ok(Some(7))
+        );
+        // A bad bound is kept as an error naming its field; the body still routes.
+        let fields = completion(r#"{"model":"m","prompt":"p","max_tokens":"9"}"#).unwrap();
+        assert!(matches!(
+            fields.max_tokens,
+            Err(BodyError::InvalidField {
+                field: "max_tokens",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_parse_without_text_measures_it_and_validates_the_same() {
+        let body = r#"{"model":"m","messages":[{"content":"a\u0041"},{"content":[1]}]}"#;
+        let built =
+            routing_fields_with(Endpoint::ChatCompletions, body.as_bytes(), Text::Build).unwrap();
+        let measured =
+            routing_fields_with(Endpoint::ChatCompletions, body.as_bytes(), Text::LengthOnly)
+                .unwrap();
+        assert_eq!(built.text, "aA [1]");
+        assert_eq!((built.text_len, measured.text_len), (6, 6));
+        assert_eq!(measured.text, "");
+        assert_eq!(
+            RoutingFields {
+                text: built.text.clone(),
+                ..measured
+            },
+            built
+        );
+        let bad = r#"{"model":"m","messages":[{"content":"x"},7]}"#;
+        assert_eq!(
+            routing_fields_with(Endpoint::ChatCompletions, bad.as_bytes(), Text::LengthOnly),
+            chat(bad)
+        );
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! [`BYTES_PER_TOKEN`] bytes per token (about right for English with BPE vocabularies;
 //! embeddings, which have no message text, are estimated from the whole body). Completion
 //! tokens are `max_completion_tokens`, else `max_tokens` (vLLM's precedence), else the
-//! configured default. These two fields are read with a second, skipping parse of the body,
-//! done only for requests of a tenant under a token limit.
+//! configured default. Both are read in routing's parse of the body
+//! ([`RoutingFields::max_tokens`]) and checked only for requests of a tenant under a token
+//! limit.
 //!
 //! After: [`UsageScan`] watches the response bytes on their way to the client for the
 //! replica's `usage` (`"prompt_tokens":N`, `"completion_tokens":N`, and `"cached_tokens":N`
@@ -18,8 +19,6 @@
 //! body frames is missed, and then the estimate stands.
 
 use router_core::text::{BodyError, Endpoint, RoutingFields};
-use serde::Deserialize;
-use serde_json::value::RawValue;
 
 /// Bytes of prompt text counted as one token in the admission estimate.
 pub const BYTES_PER_TOKEN: u64 = 4;
@@ -37,27 +36,6 @@ impl RequestCost {
     }
 }
 
-/// The body fields that bound the completion, kept raw so that a bad value is an error
-/// naming its field; everything else is skipped.
-#[derive(Deserialize)]
-struct CompletionBound<'a> {
-    #[serde(default, borrow)]
-    max_tokens: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    max_completion_tokens: Option<&'a RawValue>,
-}
-
-/// A bound field's value: absent and `null` are `None`.
-fn bound(field: &'static str, raw: Option<&RawValue>) -> Result<Option<u64>, BodyError> {
-    let Some(raw) = raw else {
-        return Ok(None);
-    };
-    serde_json::from_str::<Option<u64>>(raw.get()).map_err(|_| BodyError::InvalidField {
-        field,
-        reason: format!("must be a non-negative integer, not {}", raw.get()),
-    })
-}
-
 /// The estimated cost of `body` (already parsed into `fields`) sent to `endpoint`.
 pub fn estimate(
     endpoint: Endpoint,
@@ -66,7 +44,7 @@ pub fn estimate(
     default_max_tokens: u64,
 ) -> Result<RequestCost, BodyError> {
     let prompt_bytes = match endpoint {
-        Endpoint::ChatCompletions | Endpoint::Completions => fields.text.len(),
+        Endpoint::ChatCompletions | Endpoint::Completions => fields.text_len,
         Endpoint::Embeddings => body.len(),
     };
     let prompt_tokens = (prompt_bytes as u64).div_ceil(BYTES_PER_TOKEN);
@@ -76,11 +54,7 @@ pub fn estimate(
             completion_tokens: 0,
         });
     }
-    let raw: CompletionBound<'_> =
-        serde_json::from_slice(body).map_err(|e| BodyError::InvalidJson(e.to_string()))?;
-    let completion_tokens = bound("max_completion_tokens", raw.max_completion_tokens)?
-        .or(bound("max_tokens", raw.max_tokens)?)
-        .unwrap_or(default_max_tokens);
+    let completion_tokens = fields.max_tokens.clone()?.unwrap_or(default_max_tokens);
     Ok(RequestCost {
         prompt_tokens,
         completion_tokens,

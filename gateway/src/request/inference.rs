@@ -14,7 +14,7 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::HeaderValue;
 use router_core::Strategy;
-use router_core::text::{Endpoint, RoutingFields};
+use router_core::text::{Endpoint, RoutingFields, Text};
 
 use crate::admit::{AdmissionPermit, TokenHold};
 use crate::kv_sync::engine_tokens;
@@ -67,9 +67,16 @@ async fn serve(
 ) -> Result<Response, GatewayError> {
     let permit = state.admission.admit(&parts.headers, &state.metrics)?;
     let bytes = parse::read_body(&parts.headers, body, state.settings.max_body_bytes).await?;
-    let fields = parse::fields(endpoint, &bytes)?;
+    // The strategy decides whether the message text is built; a bad body is still
+    // reported before a bad strategy header.
+    let strategy = pick::strategy(&parts.headers, state.settings.default_strategy, endpoint);
+    let text = match &strategy {
+        Ok(strategy) if !strategy.uses_prefix_index() => Text::LengthOnly,
+        _ => Text::Build,
+    };
+    let fields = parse::fields(endpoint, &bytes, text)?;
     model.clone_from(&fields.model);
-    let strategy = pick::strategy(&parts.headers, state.settings.default_strategy, endpoint)?;
+    let strategy = strategy?;
     // Charged once here, before routing, so retries inside `forward` never charge again.
     let tokens =
         state

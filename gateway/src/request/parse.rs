@@ -2,7 +2,8 @@
 //!
 //! The body is read whole, up to `max_body_bytes`, because routing needs the prompt; the
 //! bytes read are the bytes forwarded (never re-serialised). Parsing is router-core's
-//! [`routing_fields`]: model, stream flag and message text.
+//! [`routing_fields_with`], one pass over the body: model, stream flag, the completion bound
+//! token admission reads, and the message text, built only for a strategy that hashes it.
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use router_core::text::{Endpoint, RoutingFields, routing_fields};
+use router_core::text::{Endpoint, RoutingFields, Text, routing_fields_with};
 
 use crate::request::error::GatewayError;
 
@@ -94,9 +95,10 @@ pub(crate) fn linger(mut body: Body) {
     });
 }
 
-/// The routing fields of a body sent to `endpoint`.
-pub fn fields(endpoint: Endpoint, body: &[u8]) -> Result<RoutingFields, GatewayError> {
-    Ok(routing_fields(endpoint, body)?)
+/// The routing fields of a body sent to `endpoint`, its message text built when `text`
+/// asks for it.
+pub fn fields(endpoint: Endpoint, body: &[u8], text: Text) -> Result<RoutingFields, GatewayError> {
+    Ok(routing_fields_with(endpoint, body, text)?)
 }
 
 #[cfg(test)]
@@ -138,9 +140,10 @@ mod tests {
 
     #[test]
     fn bad_bodies_are_client_errors() {
-        let error = fields(Endpoint::ChatCompletions, b"{not json").unwrap_err();
+        let error = fields(Endpoint::ChatCompletions, b"{not json", Text::Build).unwrap_err();
         assert_eq!(error.status(), 400);
-        let error = fields(Endpoint::ChatCompletions, b"{\"messages\":[]}").unwrap_err();
+        let error =
+            fields(Endpoint::ChatCompletions, b"{\"messages\":[]}", Text::Build).unwrap_err();
         assert_eq!(error.code(), "missing_model");
     }
 }
