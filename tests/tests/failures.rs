@@ -142,6 +142,8 @@ async fn a_refused_replica_is_not_left_holding_the_prompt_in_the_index() {
     let backends = vec![a.backend(), b.backend(), refused_backend("dead").await];
     let mut config = gateway_config(backends);
     config.health.interval_ms = 60_000; // only the request path notices the dead replica
+    // The holds below may meet the dead replica first too: it must stay a candidate.
+    config.health.eject_after_failures = 100;
     let gateway = gateway::start(config).await.unwrap();
     let client = Client::new();
     // Hold a stream on `a` and one on `b`, so the decision (no match yet: least-request
