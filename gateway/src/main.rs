@@ -44,12 +44,16 @@ fn route_replay(config: GatewayConfig, args: &RouteReplayArgs) -> anyhow::Result
     })
 }
 
-/// The `log_level` setting (validated with the configuration), else `RUST_LOG`, else `info`.
+/// The `log_level` setting (validated with the configuration), else `RUST_LOG`, else `info`
+/// without kube's per-request trace layer, which logs every failed API request at ERROR
+/// although discovery already logs each failure once, with its retry delay.
 fn log_filter(setting: Option<&str>) -> tracing_subscriber::EnvFilter {
     setting
         .and_then(|filter| tracing_subscriber::EnvFilter::try_new(filter).ok())
         .or_else(|| tracing_subscriber::EnvFilter::try_from_default_env().ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"))
+        .unwrap_or_else(|| {
+            tracing_subscriber::EnvFilter::new("info,kube_client::client::builder=off")
+        })
 }
 
 #[tokio::main]

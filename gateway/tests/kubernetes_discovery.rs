@@ -136,13 +136,15 @@ async fn pods_handler(
     RawQuery(query): RawQuery,
 ) -> Response {
     let query = query.unwrap_or_default();
-    if !query.contains("watch=1") {
+    if !query.split('&').any(|param| param == "watch=true") {
         state.list_queries.lock().unwrap().push(query);
         let list = state.list.lock().unwrap().clone();
         return axum::Json(list).into_response();
     }
     if state.gone_next_watch.swap(false, Ordering::SeqCst) {
-        let status = json!({"kind": "Status", "code": 410, "reason": "Expired"});
+        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": "too old resource version", "reason": "Expired",
+            "code": 410});
         return (StatusCode::GONE, axum::Json(status)).into_response();
     }
     let (events, body) = channel_body();
@@ -292,7 +294,12 @@ async fn the_first_list_makes_only_routable_pods_replicas() {
     assert_eq!(authority, &format!("127.0.0.1:{}", a.port));
     assert!(ready);
     let query = api.state.list_queries.lock().unwrap()[0].clone();
-    assert_eq!(query, "labelSelector=model.aibrix.ai%2Fname%3Dm");
+    assert!(
+        query
+            .split('&')
+            .any(|param| param == "labelSelector=model.aibrix.ai%2Fname%3Dm"),
+        "{query}"
+    );
 
     let client = http_client();
     for _ in 0..4 {
@@ -363,7 +370,7 @@ async fn watch_events_add_and_remove_pods_and_a_dropped_watch_resumes() {
     watch.send("ADDED", bad);
     watch.send(
         "BOOKMARK",
-        json!({"kind": "Pod", "metadata": {"resourceVersion": "20"}}),
+        json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "20"}}),
     );
     watch.send("ADDED", pod("pod-b", b.port, true, "21"));
     wait_for_replicas(&gateway, &["pod-a", "pod-b"]).await;

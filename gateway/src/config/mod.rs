@@ -51,7 +51,8 @@ pub struct GatewayConfig {
     /// On SIGTERM/SIGINT, in-flight responses get this long to finish.
     pub shutdown_grace_secs: u64,
     /// Log filter: a level (`info`, `debug`, …) or `tracing` directives
-    /// (`gateway=debug,info`); unset: `RUST_LOG`, else `info`.
+    /// (`gateway=debug,info`); unset: `RUST_LOG`, else `info` (less kube's per-request
+    /// ERROR lines, which Kubernetes discovery's own warnings cover).
     pub log_level: Option<String>,
     pub upstream: UpstreamConfig,
     pub health: HealthConfig,

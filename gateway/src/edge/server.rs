@@ -122,7 +122,7 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
         let mut discovery = kubernetes::spawn(
             &config.discovery,
             |key| std::env::var(key).ok(),
-            std::path::Path::new(kubernetes::api::SERVICE_ACCOUNT_DIR),
+            std::path::Path::new(kubernetes::client::SERVICE_ACCOUNT_DIR),
             Arc::clone(&replicas),
         )
         .map_err(StartError::Discovery)?;

@@ -53,7 +53,8 @@ pub struct DiscoveryConfig {
     pub port_label: String,
     /// The port of a pod without the port label.
     pub default_port: u16,
-    /// The API server ends each watch after this long; it is resumed at once.
+    /// The API server ends each watch after this long; it is resumed at once. At most 294
+    /// (the client library refuses watches of 295 s or more).
     pub watch_timeout_secs: u64,
     /// First retry delay after a failed list or watch; doubles up to `backoff_max_ms`.
     pub backoff_initial_ms: u64,
@@ -109,7 +110,7 @@ impl DiscoveryConfig {
             }
         }
         if let Some(url) = &self.api_server {
-            crate::replicas::kubernetes::api::validate_url(url)
+            crate::replicas::kubernetes::client::validate_url(url)
                 .map_err(|reason| invalid("discovery.api_server", url.clone(), &reason))?;
         }
         for (key, value) in [
@@ -121,6 +122,13 @@ impl DiscoveryConfig {
                 return Err(invalid(key, value.to_string(), "must be at least 1"));
             }
         }
+        if self.watch_timeout_secs > MAX_WATCH_TIMEOUT_SECS {
+            return Err(invalid(
+                "discovery.watch_timeout_secs",
+                self.watch_timeout_secs.to_string(),
+                &format!("must be at most {MAX_WATCH_TIMEOUT_SECS} (kube refuses longer watches)"),
+            ));
+        }
         if self.backoff_max_ms < self.backoff_initial_ms {
             return Err(invalid(
                 "discovery.backoff_max_ms",
@@ -131,6 +139,9 @@ impl DiscoveryConfig {
         Ok(())
     }
 }
+
+/// kube-runtime refuses a watch `timeoutSeconds` of 295 or more (kubernetes/kubernetes#6513).
+const MAX_WATCH_TIMEOUT_SECS: u64 = 294;
 
 /// A DNS-1123 label (namespace names).
 fn is_dns_label(s: &str) -> bool {
@@ -189,6 +200,7 @@ mod tests {
             ("api_server = \"ftp://x\"", "discovery.api_server"),
             ("api_server = \"http://x:1/api\"", "discovery.api_server"),
             ("default_port = 0", "discovery.default_port"),
+            ("watch_timeout_secs = 295", "discovery.watch_timeout_secs"),
             (
                 "backoff_initial_ms = 10\nbackoff_max_ms = 5",
                 "discovery.backoff_max_ms",

@@ -35,6 +35,7 @@ use crate::request::error::GatewayError;
 use crate::request::headers;
 use crate::request::pick::{Picked, pick};
 use crate::state::AppState;
+use crate::upstream::describe;
 
 /// A response whose headers arrived, with the pick it came from.
 #[derive(Debug)]
@@ -251,16 +252,4 @@ async fn send(
             })
         }
     }
-}
-
-/// The error and its causes in one line (hyper-util's top-level message is generic).
-fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -1,8 +1,9 @@
 //! Kubernetes pod discovery (SPEC §3.4): the replica set follows the pods labelled
 //! `model.aibrix.ai/name` in one namespace.
 //!
-//! [`spawn`] starts a task that lists and watches those pods ([`watch`], over [`api`]) and
-//! keeps a [`PodTable`]: every pod seen, translated by [`pod`] into routable or not. After
+//! [`spawn`] starts a task that lists and watches those pods ([`watch`]: kube-runtime's
+//! watcher over a [`client`] built from the `[discovery]` settings) and keeps a [`PodTable`]:
+//! every pod seen (k8s-openapi's `Pod`), translated by [`pod`] into routable or not. After
 //! each change the table publishes a new [`Replicas`] snapshot holding one [`Replica`] per
 //! routable pod. A pod that stays routable at the same address keeps its `Replica` (its
 //! load view, outstanding count and health counters); a new pod, or one whose IP or model
@@ -14,7 +15,7 @@
 //! (a,b)`; without, every pod that has the label key. If the API server cannot be reached
 //! the last snapshot stays in force and the watcher retries with bounded backoff.
 
-pub mod api;
+pub mod client;
 pub mod pod;
 pub mod watch;
 
@@ -23,17 +24,22 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::watch as signal;
 
 use crate::replicas::discovery::DiscoveryConfig;
 use crate::replicas::{Origin, Replica, Replicas};
 
-use self::api::ApiServer;
-use self::pod::{Pod, PodLabels, PodState};
+use self::client::ApiServer;
+use self::pod::{PodLabels, PodState};
 use self::watch::WatchSettings;
 
 /// The namespace when neither the configuration nor the service account names one.
 pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// A watch connection may stay silent this long past its `timeoutSeconds` before the client
+/// gives up on it and the watch is resumed.
+const WATCH_MARGIN: Duration = Duration::from_secs(30);
 
 /// Every pod seen in the watched namespace and selection, and the snapshot built from it.
 #[derive(Debug)]
@@ -60,9 +66,9 @@ impl PodTable {
     /// Replaces every pod with a fresh list (the first list, or a relist after 410 Gone).
     pub fn replace_all(&mut self, pods: Vec<Pod>) {
         let mut seen = BTreeMap::new();
-        for pod in pods {
-            let state = pod.state(&self.labels);
-            let name = pod.name().to_owned();
+        for pod in pods.iter().filter(|pod| has_name(pod)) {
+            let state = PodState::of(pod, &self.labels);
+            let name = pod::name(pod).to_owned();
             log_change(&name, self.pods.get(&name), &state);
             seen.insert(name, state);
         }
@@ -77,9 +83,13 @@ impl PodTable {
 
     /// Applies an `ADDED` or `MODIFIED` event.
     pub fn upsert(&mut self, pod: &Pod) {
-        let state = pod.state(&self.labels);
-        log_change(pod.name(), self.pods.get(pod.name()), &state);
-        self.pods.insert(pod.name().to_owned(), state);
+        if !has_name(pod) {
+            return;
+        }
+        let name = pod::name(pod);
+        let state = PodState::of(pod, &self.labels);
+        log_change(name, self.pods.get(name), &state);
+        self.pods.insert(name.to_owned(), state);
         self.publish();
     }
 
@@ -137,6 +147,15 @@ impl PodTable {
         }
         self.published.send_modify(|count| *count += 1);
     }
+}
+
+/// Whether `pod` has a name to be kept under; one without is logged and left out.
+fn has_name(pod: &Pod) -> bool {
+    let named = !pod::name(pod).is_empty();
+    if !named {
+        tracing::warn!("pod without metadata.name skipped");
+    }
+    named
 }
 
 /// Logs what a pod's new state means, once per change.
@@ -209,25 +228,27 @@ pub fn spawn(
     service_account_dir: &Path,
     replicas: Arc<Replicas>,
 ) -> Result<Discovery, String> {
-    let api = ApiServer::new(config.api_server.as_deref(), env, service_account_dir)?;
+    let server = ApiServer::locate(config.api_server.as_deref(), env, service_account_dir)?;
     let namespace = namespace(config.namespace.as_deref(), service_account_dir);
     let selector = label_selector(&config.model_label, &config.models);
+    let watch_timeout = Duration::from_secs(config.watch_timeout_secs);
+    let client = server.client(&namespace, watch_timeout + WATCH_MARGIN)?;
     tracing::info!(
-        api_server = %api.url(),
+        api_server = %server.url,
         %namespace,
         %selector,
         "Kubernetes pod discovery"
     );
     let settings = WatchSettings {
-        namespace,
         selector,
-        watch_timeout: Duration::from_secs(config.watch_timeout_secs),
+        watch_timeout,
         backoff_initial: Duration::from_millis(config.backoff_initial_ms),
         backoff_max: Duration::from_millis(config.backoff_max_ms),
     };
     let labels = PodLabels::of(config);
     let (table, published) = PodTable::new(labels, replicas);
-    let task = tokio::spawn(watch::run(api, settings, table));
+    let pods = kube::Api::namespaced(client, &namespace);
+    let task = tokio::spawn(watch::run(pods, settings, table));
     Ok(Discovery { task, published })
 }
 

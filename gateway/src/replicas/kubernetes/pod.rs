@@ -1,60 +1,18 @@
-//! One Kubernetes pod, as JSON from the API server, turned into a routable endpoint or the
-//! reason it is not one.
+//! One Kubernetes pod (k8s-openapi's `Pod`, as the watcher delivers it) turned into a
+//! routable endpoint or the reason it is not one.
 //!
-//! Only the fields routing needs are read (no k8s-openapi types): `metadata.name`,
-//! `metadata.labels`, `metadata.deletionTimestamp`, `metadata.resourceVersion`,
-//! `status.podIP` and `status.conditions[type=Ready]`. A pod is routable when it has an IP,
-//! its `Ready` condition is `True` and it is not terminating (no `deletionTimestamp`), as
-//! SPEC §3.4 says. Its model is the value of the model label and its port the value of the
-//! port label (default 8000); a port label that is not a port number makes the pod
-//! [`PodState::Invalid`], which the watcher logs and skips.
+//! Only the fields routing needs are read: `metadata.name`, `metadata.labels`,
+//! `metadata.deletionTimestamp`, `status.podIP` and `status.conditions[type=Ready]`. A pod is
+//! routable when it has an IP, its `Ready` condition is `True` and it is not terminating (no
+//! `deletionTimestamp`), as SPEC §3.4 says. Its model is the value of the model label and its
+//! port the value of the port label (default 8000); a port label that is not a port number
+//! makes the pod [`PodState::Invalid`], which the table logs and skips.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use serde::Deserialize;
+use k8s_openapi::api::core::v1::Pod;
 
 use crate::replicas::discovery::DiscoveryConfig;
-
-/// A pod as the API server sends it (list items and watch event objects); other fields
-/// are ignored.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct Pod {
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub status: PodStatus,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObjectMeta {
-    #[serde(default)]
-    pub name: String,
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    #[serde(default)]
-    pub deletion_timestamp: Option<String>,
-    #[serde(default)]
-    pub resource_version: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodStatus {
-    #[serde(default, rename = "podIP")]
-    pub pod_ip: Option<String>,
-    #[serde(default)]
-    pub conditions: Vec<PodCondition>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct PodCondition {
-    #[serde(rename = "type", default)]
-    pub kind: String,
-    #[serde(default)]
-    pub status: String,
-}
 
 /// Where a routable pod is reached and what it serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,26 +60,30 @@ impl PodLabels {
     }
 }
 
-impl Pod {
-    pub fn name(&self) -> &str {
-        &self.metadata.name
-    }
+/// The pod's name; empty when the API server sent none.
+pub fn name(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or_default()
+}
 
-    /// Whether the pod's `Ready` condition is `True`.
-    pub fn is_ready(&self) -> bool {
-        self.status
-            .conditions
-            .iter()
-            .any(|c| c.kind == "Ready" && c.status == "True")
-    }
+/// Whether the pod's `Ready` condition is `True`.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
 
-    /// The pod's meaning for routing under `labels`.
-    pub fn state(&self, labels: &PodLabels) -> PodState {
-        let name = self.name();
+impl PodState {
+    /// What `pod` means for routing under `labels`.
+    pub fn of(pod: &Pod, labels: &PodLabels) -> PodState {
+        let name = name(pod);
         if name.is_empty() {
             return PodState::Invalid("a pod without metadata.name".to_owned());
         }
-        let Some(model) = self.metadata.labels.get(&labels.model_label) else {
+        let label = |key: &str| pod.metadata.labels.as_ref().and_then(|l| l.get(key));
+        let Some(model) = label(&labels.model_label) else {
             return PodState::Invalid(format!("pod {name} has no {} label", labels.model_label));
         };
         if model.is_empty() {
@@ -130,7 +92,7 @@ impl Pod {
                 labels.model_label
             ));
         }
-        let port = match self.metadata.labels.get(&labels.port_label) {
+        let port = match label(&labels.port_label) {
             None => labels.default_port,
             Some(value) => match value.trim().parse::<u16>() {
                 Ok(port) if port > 0 => port,
@@ -142,13 +104,14 @@ impl Pod {
                 }
             },
         };
-        if self.metadata.deletion_timestamp.is_some() {
+        if pod.metadata.deletion_timestamp.is_some() {
             return PodState::NotRoutable("terminating");
         }
-        if !self.is_ready() {
+        if !is_ready(pod) {
             return PodState::NotRoutable("not Ready");
         }
-        let Some(ip) = self.status.pod_ip.as_deref().filter(|ip| !ip.is_empty()) else {
+        let ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_deref());
+        let Some(ip) = ip.filter(|ip| !ip.is_empty()) else {
             return PodState::NotRoutable("no pod IP yet");
         };
         let authority = match ip.parse::<IpAddr>() {
@@ -162,11 +125,7 @@ impl Pod {
             name: name.to_owned(),
             model: model.clone(),
             authority,
-            kv_events: self
-                .metadata
-                .labels
-                .get(KV_EVENTS_LABEL)
-                .is_some_and(|v| v.trim() == "true"),
+            kv_events: label(KV_EVENTS_LABEL).is_some_and(|v| v.trim() == "true"),
         })
     }
 }
@@ -206,7 +165,7 @@ mod tests {
 
     #[test]
     fn a_ready_pod_with_an_ip_is_routable_on_the_default_port() {
-        let state = pod(ready_pod()).state(&labels());
+        let state = PodState::of(&pod(ready_pod()), &labels());
         assert_eq!(
             state,
             PodState::Routable(Endpoint {
@@ -223,7 +182,7 @@ mod tests {
         for (value, expected) in [("true", true), ("false", false), ("yes", false)] {
             let mut json = ready_pod();
             json["metadata"]["labels"][KV_EVENTS_LABEL] = value.into();
-            let PodState::Routable(endpoint) = pod(json).state(&labels()) else {
+            let PodState::Routable(endpoint) = PodState::of(&pod(json), &labels()) else {
                 panic!("not routable");
             };
             assert_eq!(endpoint.kv_events, expected, "{value}");
@@ -235,7 +194,7 @@ mod tests {
         let mut json = ready_pod();
         json["metadata"]["labels"]["model.aibrix.ai/port"] = "9001".into();
         json["status"]["podIP"] = "fd00::7".into();
-        let PodState::Routable(endpoint) = pod(json).state(&labels()) else {
+        let PodState::Routable(endpoint) = PodState::of(&pod(json), &labels()) else {
             panic!("not routable");
         };
         assert_eq!(endpoint.authority, "[fd00::7]:9001");
@@ -246,7 +205,7 @@ mod tests {
         for bad in ["http", "0", "70000", ""] {
             let mut json = ready_pod();
             json["metadata"]["labels"]["model.aibrix.ai/port"] = bad.into();
-            let PodState::Invalid(message) = pod(json).state(&labels()) else {
+            let PodState::Invalid(message) = PodState::of(&pod(json), &labels()) else {
                 panic!("{bad:?} accepted");
             };
             assert!(
@@ -261,21 +220,21 @@ mod tests {
         let mut json = ready_pod();
         json["status"]["conditions"][1]["status"] = "False".into();
         assert_eq!(
-            pod(json).state(&labels()),
+            PodState::of(&pod(json), &labels()),
             PodState::NotRoutable("not Ready")
         );
 
         let mut json = ready_pod();
         json["status"]["conditions"] = serde_json::json!([]);
         assert_eq!(
-            pod(json).state(&labels()),
+            PodState::of(&pod(json), &labels()),
             PodState::NotRoutable("not Ready")
         );
 
         let mut json = ready_pod();
         json["metadata"]["deletionTimestamp"] = "2026-11-29T19:00:00Z".into();
         assert_eq!(
-            pod(json).state(&labels()),
+            PodState::of(&pod(json), &labels()),
             PodState::NotRoutable("terminating")
         );
 
@@ -286,7 +245,7 @@ mod tests {
             .remove("podIP")
             .unwrap();
         assert_eq!(
-            pod(json).state(&labels()),
+            PodState::of(&pod(json), &labels()),
             PodState::NotRoutable("no pod IP yet")
         );
     }
@@ -296,19 +255,22 @@ mod tests {
         let mut json = ready_pod();
         json["metadata"]["labels"] = serde_json::json!({});
         assert!(
-            matches!(pod(json).state(&labels()), PodState::Invalid(m) if m.contains("no model.aibrix.ai/name"))
+            matches!(PodState::of(&pod(json), &labels()), PodState::Invalid(m) if m.contains("no model.aibrix.ai/name"))
         );
         let mut json = ready_pod();
         json["status"]["podIP"] = "not-an-ip".into();
         assert!(
-            matches!(pod(json).state(&labels()), PodState::Invalid(m) if m.contains("not-an-ip"))
+            matches!(PodState::of(&pod(json), &labels()), PodState::Invalid(m) if m.contains("not-an-ip"))
         );
     }
 
     #[test]
     fn a_pod_with_missing_sections_still_parses() {
         let pod = pod(serde_json::json!({"metadata": {"name": "x"}}));
-        assert!(!pod.is_ready());
-        assert!(matches!(pod.state(&labels()), PodState::Invalid(_)));
+        assert!(!is_ready(&pod));
+        assert!(matches!(
+            PodState::of(&pod, &labels()),
+            PodState::Invalid(_)
+        ));
     }
 }
