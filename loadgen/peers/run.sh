@@ -40,7 +40,7 @@
 set -euo pipefail
 
 OUT_DIR=/tmp/prefixgate-peers
-VENV=/tmp/prefixgate-peers-venv
+VENV=""
 ROUTERS=prefixgate,sglang,vllm
 ROUTES=least-request,prefix-cache,prefix-load
 MATRIX=""
@@ -52,8 +52,6 @@ REPLICAS=2
 PROFILE=""
 TIME_SCALE=1
 PORT_BASE=18100
-SGLANG_VERSION=0.3.2
-VLLM_VERSION=0.1.17
 PROFILE_FLAG=release
 BUILD=1
 MODEL=mock-model
@@ -73,8 +71,8 @@ while [[ $# -gt 0 ]]; do
         --profile) PROFILE=$2; shift 2 ;;
         --time-scale) TIME_SCALE=$2; shift 2 ;;
         --port-base) PORT_BASE=$2; shift 2 ;;
-        --sglang-version) SGLANG_VERSION=$2; shift 2 ;;
-        --vllm-version) VLLM_VERSION=$2; shift 2 ;;
+        --sglang-version) SGLANG_VERSION_FLAG=$2; shift 2 ;;
+        --vllm-version) VLLM_VERSION_FLAG=$2; shift 2 ;;
         --debug) PROFILE_FLAG=dev; shift ;;
         --no-build) BUILD=0; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -131,13 +129,14 @@ if (( BUILD )); then
         -p loadgen -p gateway -p mock-engine >&2
 fi
 
+# The peers' venv and command lines, shared with gateway/benches/overhead/side_by_side.sh.
+PEERS_VENV=${VENV:-${PEERS_VENV:-}}
+SGLANG_VERSION=${SGLANG_VERSION_FLAG:-${SGLANG_VERSION:-}}
+VLLM_VERSION=${VLLM_VERSION_FLAG:-${VLLM_VERSION:-}}
+# shellcheck source=loadgen/peers/peers.sh
+source "$REPO/loadgen/peers/peers.sh"
 if [[ ,$ROUTERS, == *,sglang,* || ,$ROUTERS, == *,vllm,* ]]; then
-    if [[ ! -x $VENV/bin/pip ]]; then
-        echo "== creating $VENV" >&2
-        python3 -m venv "$VENV"
-    fi
-    echo "== pip install sglang-router==$SGLANG_VERSION vllm-router==$VLLM_VERSION" >&2
-    "$VENV/bin/pip" install --quiet "sglang-router==$SGLANG_VERSION" "vllm-router==$VLLM_VERSION" >&2
+    peers_venv
 fi
 
 # Replica names and ports, the same for every router; the names say the profile's GPU.
@@ -177,16 +176,8 @@ start_router() { # NAME
                 --metrics-listen "127.0.0.1:$METRICS_PORT" "${backends[@]}" \
                 >"$LOGS/router-$1.log" 2>&1 &
             ;;
-        sglang)
-            "$VENV/bin/python" -m sglang_router.launch_router --host 127.0.0.1 --port "$ROUTER_PORT" \
-                --worker-urls "${WORKERS[@]}" --policy cache_aware \
-                --prometheus-host 127.0.0.1 --prometheus-port "$METRICS_PORT" \
-                >"$LOGS/router-$1.log" 2>&1 &
-            ;;
-        vllm)
-            "$VENV/bin/vllm-router" --host 127.0.0.1 --port "$ROUTER_PORT" \
-                --worker-urls "${WORKERS[@]}" --policy cache_aware \
-                --prometheus-host 127.0.0.1 --prometheus-port "$METRICS_PORT" \
+        sglang|vllm)
+            (peer_router "$1" 127.0.0.1 "$ROUTER_PORT" "$METRICS_PORT" "${WORKERS[@]}") \
                 >"$LOGS/router-$1.log" 2>&1 &
             ;;
         *) echo "run.sh: unknown router $1 (prefixgate, sglang, vllm)" >&2; exit 2 ;;
