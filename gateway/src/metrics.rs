@@ -19,6 +19,7 @@ use prometheus::{
     Registry, TextEncoder,
 };
 use router_core::Decision;
+use router_core::load::{CacheTrust, Verdict};
 
 use crate::kv_sync::metrics::KvSyncMetrics;
 
@@ -53,6 +54,8 @@ struct Families {
     ejections: IntCounterVec,
     readmissions: IntCounterVec,
     admission_rejections: IntCounterVec,
+    cache_reports: IntCounterVec,
+    cache_trust: GaugeVec,
     /// One render at a time: each resets the per-pod and per-model gauges before refilling
     /// them, and a concurrent scrape must not read between the two.
     rendering: std::sync::Mutex<()>,
@@ -69,6 +72,8 @@ pub struct PodGauges<'a> {
     pub models: &'a [String],
     /// `vllm:num_requests_waiting` from the last engine scrape, if any.
     pub engine_waiting: Option<u64>,
+    /// What its engine's `cached_tokens` taught about the prefix index's view of it.
+    pub cache_trust: CacheTrust,
 }
 
 /// A metric could not be registered (a name clash: a programming error caught by tests).
@@ -231,6 +236,26 @@ impl Metrics {
             ),
             &["reason"],
         )?;
+        let cache_reports = IntCounterVec::new(
+            Opts::new(
+                "prefixgate_cache_reports_total",
+                "Responses whose usage.prompt_tokens_details.cached_tokens was compared with \
+                 what the prefix index believed the pod held, by verdict (confirmed, missed, \
+                 surprised, unreported, invalid)",
+            ),
+            &["pod", "verdict"],
+        )?;
+        let cache_trust = GaugeVec::new(
+            Opts::new(
+                "prefixgate_cache_trust",
+                "Learned from the engines' cached_tokens: the share of the blocks the prefix \
+                 index credits to a pod that it held (share=held), and of the others that it \
+                 held all the same (share=unheld)",
+            ),
+            &["pod", "share"],
+        )?;
+        registry.register(Box::new(cache_reports.clone()))?;
+        registry.register(Box::new(cache_trust.clone()))?;
         registry.register(Box::new(admission_rejections.clone()))?;
         registry.register(Box::new(decisions.clone()))?;
         registry.register(Box::new(selections.clone()))?;
@@ -285,6 +310,8 @@ impl Metrics {
             ejections,
             readmissions,
             admission_rejections,
+            cache_reports,
+            cache_trust,
             rendering: std::sync::Mutex::new(()),
         };
         Ok(Metrics {
@@ -407,6 +434,15 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts what one response's `cached_tokens` said about the prefix index's view of
+    /// `pod` (router-core's `load::evidence`).
+    pub fn record_cache_report(&self, pod: &str, verdict: Verdict) {
+        self.families
+            .cache_reports
+            .with_label_values(&[pod, verdict.as_str()])
+            .inc();
+    }
+
     pub fn record_readmission(&self, pod: &str) {
         self.families.readmissions.with_label_values(&[pod]).inc();
     }
@@ -429,6 +465,7 @@ impl Metrics {
         ] {
             family.reset();
         }
+        f.cache_trust.reset();
         let mut per_model: BTreeMap<&str, (i64, i64, Option<i64>)> = BTreeMap::new();
         for pod in pods {
             let outstanding = i64::try_from(pod.outstanding).unwrap_or(i64::MAX);
@@ -436,6 +473,12 @@ impl Metrics {
             f.ready
                 .with_label_values(&[pod.pod])
                 .set(i64::from(pod.ready));
+            f.cache_trust
+                .with_label_values(&[pod.pod, "held"])
+                .set(pod.cache_trust.held);
+            f.cache_trust
+                .with_label_values(&[pod.pod, "unheld"])
+                .set(pod.cache_trust.unheld);
             for model in pod.models {
                 let entry = per_model.entry(model.as_str()).or_default();
                 entry.0 = entry.0.saturating_add(outstanding);

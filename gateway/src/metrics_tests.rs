@@ -131,6 +131,7 @@ fn per_pod_gauges_show_what_they_are_given() {
         ready,
         models: &[],
         engine_waiting: None,
+        cache_trust: router_core::load::CacheTrust::default(),
     };
     let text = metrics.render([pod(1, true)]);
     assert!(
@@ -164,6 +165,7 @@ fn model_gauges_sum_the_replicas_of_a_model_and_gone_pods_leave() {
             ready: true,
             models: &m,
             engine_waiting: Some(2),
+            cache_trust: Default::default(),
         },
         PodGauges {
             pod: "b",
@@ -171,6 +173,7 @@ fn model_gauges_sum_the_replicas_of_a_model_and_gone_pods_leave() {
             ready: false,
             models: &m,
             engine_waiting: Some(5),
+            cache_trust: Default::default(),
         },
         PodGauges {
             pod: "c",
@@ -178,6 +181,7 @@ fn model_gauges_sum_the_replicas_of_a_model_and_gone_pods_leave() {
             ready: true,
             models: &other,
             engine_waiting: None,
+            cache_trust: Default::default(),
         },
     ]);
     for line in [
@@ -199,6 +203,7 @@ fn model_gauges_sum_the_replicas_of_a_model_and_gone_pods_leave() {
         ready: true,
         models: &m,
         engine_waiting: None,
+        cache_trust: Default::default(),
     }]);
     assert!(!text.contains(r#"pod="b""#), "{text}");
     assert!(!text.contains(r#"model="x""#), "{text}");

@@ -77,6 +77,10 @@ pub const ENV_ALIASES: &[(&str, &str)] = &[
         "PREFIXGATE_PREFIX_LOAD_COPY_WEIGHT",
         "routing.prefix_load.copy_weight",
     ),
+    (
+        "PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT",
+        "routing.prefix_load.learn_weight",
+    ),
 ];
 
 /// Where a setting's value came from.

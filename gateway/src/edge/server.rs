@@ -102,7 +102,9 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     // Before anything starts: a bad certificate or key stops the start with nothing to undo.
     let tls = config.tls.acceptor()?;
     let default_strategy = config.default_strategy()?;
-    let router = Arc::new(Router::new(config.routing.clone())?);
+    let router = Arc::new(Router::new(
+        config.routing.clone().for_kv_sync(config.kv_sync.enabled),
+    )?);
     let metrics =
         Metrics::with_kv_sync_ranks(config.kv_sync.enabled, config.kv_sync.data_parallel_size)?;
     let admission = Admission::new(config.admission.clone()).map_err(StartError::Admission)?;

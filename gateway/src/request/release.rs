@@ -192,8 +192,9 @@ impl<B> GuardedBody<B> {
         if let Some(guard) = self.guard.take()
             && complete
             && let Some(c) = &self.completion
+            && let Some(verdict) = guard.end(c.clock.now_ms(), self.usage.router_usage())
         {
-            guard.end(c.clock.now_ms(), self.usage.router_usage());
+            c.metrics.record_cache_report(&c.pod, verdict);
         }
         self.ticket = None;
         self.permit = None;
@@ -354,6 +355,13 @@ where
                 this.timer_armed = false;
                 if let Some(data) = frame.data_ref() {
                     this.observe_data(data);
+                }
+                // A body of known length (a plain JSON answer) is whole with its last frame,
+                // and the server, seeing its size hint met, drops it without polling for the
+                // end: the request ends here, with its usage, or it would only be dropped.
+                if this.inner.is_end_stream() {
+                    this.finish(true);
+                    this.phase = Phase::Done;
                 }
                 Poll::Ready(Some(Ok(frame)))
             }

@@ -339,3 +339,54 @@ async fn the_idle_limit_counts_each_wait_not_the_whole_stream() {
     assert_eq!(&bytes[..], b"data: x\n\ndata: x\n\ndata: x\n\n");
     assert_eq!(load.outstanding(), 0);
 }
+
+/// A plain answer of known length ends with its last frame: the server stops polling once
+/// the size hint is met, so waiting for the end of the body would never record the request's
+/// end (its usage, its `cached_tokens`).
+#[tokio::test]
+async fn a_body_of_known_length_ends_with_its_last_frame() {
+    let load = PodLoad::new();
+    let text = r#"{"usage":{"prompt_tokens":40,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":36}}}"#;
+    let mut guard = load.decide(
+        router_core::load::RequestWork {
+            blocks: 10,
+            prefill_blocks: 0,
+            shared_prefix: None,
+            copies_prefix: false,
+        },
+        0,
+    );
+    guard.first_byte(0);
+    let mut body = GuardedBody::new(
+        http_body_util::Full::new(Bytes::from_static(text.as_bytes())),
+        guard,
+        false,
+        Duration::from_secs(5),
+        completion(),
+    );
+    let frame = body.frame().await.unwrap().unwrap();
+    assert_eq!(frame.data_ref().unwrap().len(), text.len());
+    assert!(body.is_end_stream(), "nothing more to poll");
+    assert_eq!(load.outstanding(), 0, "ended without a poll for the end");
+    // The end carried the usage: the replica has now reported cached tokens, so a response
+    // without them would read as 0.
+    let usage = router_core::Usage {
+        prompt_tokens: 40,
+        cached_tokens: None,
+        completion_tokens: 4,
+    };
+    let mut again = load.decide(
+        router_core::load::RequestWork {
+            blocks: 10,
+            prefill_blocks: 0,
+            shared_prefix: None,
+            copies_prefix: false,
+        },
+        0,
+    );
+    again.first_byte(0);
+    assert_eq!(
+        again.end(1, Some(usage)),
+        Some(router_core::load::Verdict::Missed)
+    );
+}

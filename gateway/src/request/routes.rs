@@ -114,6 +114,7 @@ fn render_metrics(state: &AppState) -> String {
                 ready: replica.is_ready(),
                 models: models.as_slice(),
                 engine_waiting: replica.load().engine_stats().map(|s| u64::from(s.waiting)),
+                cache_trust: replica.load().cache_trust(),
             }),
     )
 }

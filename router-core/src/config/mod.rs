@@ -180,6 +180,17 @@ impl RouterConfig {
         self.prefix_load.validate()
     }
 
+    /// These settings for a router whose index is fed by KV-event sync (`kv_sync`) or not:
+    /// with sync the index sees the engines' caches, so `prefix-load` does not correct it
+    /// with what responses taught (`learn_weight` 0; docs/ROUTING.md, "Learning from
+    /// responses"). The gateway and the simulator both build their routers through this.
+    pub fn for_kv_sync(mut self, kv_sync: bool) -> Self {
+        if kv_sync {
+            self.prefix_load.learn_weight = 0.0;
+        }
+        self
+    }
+
     /// The prefix index TTL in milliseconds.
     pub fn ttl_millis(&self) -> crate::Millis {
         self.eviction_duration_mins.saturating_mul(60_000)

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::evidence::Verdict;
 use super::speed::{Completed, Usage};
 use super::{PodLoad, RequestWork};
 use crate::Millis;
@@ -34,6 +35,8 @@ pub struct InFlight {
     shared_prefix: Option<u64>,
     /// Still counted as copying its shared prefix here (until the first byte).
     copying: bool,
+    /// Routed while another request was still copying its prefix here.
+    behind_copy: bool,
     /// When it was decided; `None` for a count taken without a decision (tests, warm-up
     /// holds, another gateway's request), whose timings mean nothing here.
     decided_at: Option<Millis>,
@@ -41,7 +44,12 @@ pub struct InFlight {
 }
 
 impl InFlight {
-    pub(super) fn new(load: Arc<PodLoad>, at_selection: u64, work: RequestWork) -> Self {
+    pub(super) fn new(
+        load: Arc<PodLoad>,
+        at_selection: u64,
+        work: RequestWork,
+        behind_copy: bool,
+    ) -> Self {
         InFlight {
             load,
             at_selection,
@@ -50,6 +58,7 @@ impl InFlight {
             prefill_blocks: work.prefill_blocks,
             shared_prefix: work.shared_prefix,
             copying: work.copies_prefix,
+            behind_copy,
             decided_at: None,
             first_byte_at: None,
         }
@@ -104,19 +113,23 @@ impl InFlight {
 
     /// The last byte arrived at `now`, with the engine's `usage` when the response carried
     /// it: records what the request took on its pod ([`PodLoad::observe`]), then releases
-    /// the count and the work. A request that never answered (no first byte) or was never
-    /// decided here teaches nothing and is only released.
-    pub fn end(self, now: Millis, usage: Option<Usage>) {
+    /// the count and the work. Returns what the engine's `cached_tokens` said about the
+    /// prefix index ([`Verdict`]), if anything. A request that never answered (no first
+    /// byte) or was never decided here teaches nothing and is only released.
+    pub fn end(self, now: Millis, usage: Option<Usage>) -> Option<Verdict> {
+        let mut verdict = None;
         if let (Some(decided), Some(first_byte)) = (self.decided_at, self.first_byte_at) {
-            self.load.observe(&Completed {
+            verdict = self.load.observe(&Completed {
                 blocks: self.blocks,
                 prefill_blocks: self.prefill_blocks,
                 ttft: first_byte.saturating_sub(decided),
                 decode: now.saturating_sub(first_byte),
                 usage,
+                behind_copy: self.behind_copy,
             });
         }
         drop(self);
+        verdict
     }
 
     fn release_prefill(&mut self) {

@@ -27,9 +27,11 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use crate::Millis;
 use crate::families::RecentFamilies;
 
+mod evidence;
 mod in_flight;
 mod speed;
 
+pub use evidence::{CacheEvidence, CacheTrust, Verdict};
 pub use in_flight::InFlight;
 pub use speed::{Completed, MIN_PREFILL_BLOCKS, ReplicaSpeed, Usage};
 
@@ -68,6 +70,9 @@ pub struct PodLoad {
     families: RecentFamilies,
     /// How fast this replica has been, learned from the requests it finished.
     speed: ReplicaSpeed,
+    /// How far the prefix index's view of this replica held, learned from the engine's
+    /// `cached_tokens` in the responses of the requests it finished.
+    evidence: CacheEvidence,
     /// The requests other gateways of the cluster have in flight here, held by
     /// [`crate::cluster::PeerTable`]; made on the first one (a lone gateway never has any).
     peers: OnceLock<Arc<PodLoad>>,
@@ -114,6 +119,7 @@ impl PodLoad {
             prefixes: Mutex::new(HashMap::new()),
             families: RecentFamilies::default(),
             speed: ReplicaSpeed::default(),
+            evidence: CacheEvidence::default(),
             peers: OnceLock::new(),
         })
     }
@@ -144,13 +150,15 @@ impl PodLoad {
         self.active_blocks.fetch_add(work.blocks, Ordering::AcqRel);
         self.pending_prefill_blocks
             .fetch_add(work.prefill_blocks, Ordering::AcqRel);
+        let mut behind_copy = false;
         if let Some(prefix) = work.shared_prefix {
             let mut prefixes = self.prefixes();
             let counts = prefixes.entry(prefix).or_default();
+            behind_copy = counts.copying > 0;
             counts.outstanding += 1;
             counts.copying += u32::from(work.copies_prefix);
         }
-        InFlight::new(Arc::clone(self), before, work)
+        InFlight::new(Arc::clone(self), before, work, behind_copy)
     }
 
     /// [`acquire_work`](Self::acquire_work) for a request decided at `now`: its lifecycle
@@ -180,9 +188,21 @@ impl PodLoad {
         &self.speed
     }
 
-    /// Learns from a request that finished here (its lifecycle's end).
-    pub fn observe(&self, done: &Completed) {
-        self.speed.observe(done);
+    /// How far the prefix index's view of this replica held lately (learned from the
+    /// engine's `cached_tokens`; [`evidence`]).
+    pub fn cache_trust(&self) -> CacheTrust {
+        self.evidence.trust()
+    }
+
+    /// Learns from a request that finished here (its lifecycle's end): the replica's speed,
+    /// and what its `cached_tokens` said about the index ([`Verdict`], if anything).
+    pub fn observe(&self, done: &Completed) -> Option<Verdict> {
+        let done = Completed {
+            usage: done.usage.map(|usage| self.evidence.normalize(usage)),
+            ..*done
+        };
+        self.speed.observe(&done);
+        self.evidence.observe(&done)
     }
 
     /// Prompt blocks of the requests outstanding here.

@@ -55,6 +55,10 @@ pub struct Completed {
     /// First byte → last byte.
     pub decode: Millis,
     pub usage: Option<Usage>,
+    /// It was routed while a copy of its prefix was still prefilling on the pod, so the
+    /// engine's report reflects the copy's progress, not the index's error
+    /// ([`super::evidence`]).
+    pub behind_copy: bool,
 }
 
 impl Completed {
@@ -148,6 +152,7 @@ mod tests {
                 cached_tokens: None,
                 completion_tokens: tokens,
             }),
+            behind_copy: false,
         }
     }
 

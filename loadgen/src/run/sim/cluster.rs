@@ -175,11 +175,14 @@ impl Flight {
     }
 }
 
-/// A response's usage as the router's load view takes it.
+/// A response's usage as the router's load view takes it, as a vLLM started with
+/// `--enable-prompt-tokens-details` reports it: `cached_tokens` only when something hit
+/// (`prompt_tokens_details` is null otherwise), so the router must know a replica reports
+/// them before reading their absence as 0, as it must with vLLM.
 fn engine_usage(usage: Usage) -> router_core::Usage {
     router_core::Usage {
         prompt_tokens: u64::from(usage.prompt_tokens),
-        cached_tokens: usage.cached_tokens.map(u64::from),
+        cached_tokens: usage.cached_tokens.filter(|&c| c > 0).map(u64::from),
         completion_tokens: u64::from(usage.completion_tokens),
     }
 }

@@ -491,7 +491,9 @@ fn several_gateways_measure_every_request_and_release_every_count() {
 /// see what one gateway sees: every decision and release reaches the others before the next
 /// arrival. So three of them route exactly as one, every phase's figures the same, but for
 /// the outstanding count each gateway records at selection, which is its own (as prefixgate's
-/// is, docs/CLUSTER.md); sharing nothing, they do not.
+/// is, docs/CLUSTER.md); sharing nothing, they do not. What each gateway learns from its own
+/// responses' `cached_tokens` is not shared (docs/CLUSTER.md), so `prefix-load` runs here
+/// without it (`learn_weight` 0), to compare what is shared.
 #[test]
 fn gateways_sharing_without_delay_route_as_one_gateway() {
     let matrix = reduced(12)
@@ -506,8 +508,10 @@ fn gateways_sharing_without_delay_route_as_one_gateway() {
         }
         phases
     };
-    let one = routing(&options());
-    let mut three = options();
+    let mut unlearned = options();
+    unlearned.router.prefix_load.learn_weight = 0.0;
+    let one = routing(&unlearned);
+    let mut three = unlearned;
     three.gateways = 3;
     assert_ne!(routing(&three), one);
     three.cluster_delay = Some(0.0);

@@ -24,6 +24,9 @@ pub mod replay;
 pub mod sharing;
 pub mod trace_lines;
 
+#[cfg(test)]
+mod learning_tests;
+
 pub use crate::run::assignment::GatewayAssignment;
 pub use cluster::{Arrival, Served, SimCluster, SimError, Target};
 pub use kv_sync::KvSyncStats;

@@ -117,7 +117,7 @@ impl SimOptions {
             )));
         }
         let routers = (0..self.gateways)
-            .map(|_| Router::new(self.router.clone()))
+            .map(|_| Router::new(self.router.clone().for_kv_sync(self.kv_sync)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| SimError::Config(format!("router configuration: {e}")))?;
         let profiles = if self.replica_profiles.is_empty() {

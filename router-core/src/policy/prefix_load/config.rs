@@ -50,6 +50,14 @@ pub struct PrefixLoadConfig {
     /// every holder (KV-event sync): otherwise a real hit on a pod the index does not know
     /// looks like a copy (docs/POLICY-EVALUATION.md, "Over more rounds").
     pub copy_weight: f64,
+    /// `PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT`: how much of the correction learned from the
+    /// engines' `usage.prompt_tokens_details.cached_tokens` to apply to what the prefix index
+    /// says each pod holds, from 0 (the index as it is) to 1. Each pod's responses measure
+    /// the share of the blocks the index credited to it that it really held, and the share
+    /// of the others that it held all the same; `prefix-load` expects each pod to hold
+    /// accordingly (docs/ROUTING.md, "Learning from responses"). `prefix-cache` never reads
+    /// it. Not applied with KV-event sync, whose index already sees the engines' caches.
+    pub learn_weight: f64,
 }
 
 impl Default for PrefixLoadConfig {
@@ -62,12 +70,13 @@ impl Default for PrefixLoadConfig {
             family_weight: 0.0,
             family_window_seconds: 60.0,
             copy_weight: 0.0,
+            learn_weight: 1.0,
         }
     }
 }
 
 /// The environment variables [`PrefixLoadConfig::apply_env`] reads, in `--help` order.
-pub const PREFIX_LOAD_ENV_NAMES: [&str; 7] = [
+pub const PREFIX_LOAD_ENV_NAMES: [&str; 8] = [
     "PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT",
@@ -75,6 +84,7 @@ pub const PREFIX_LOAD_ENV_NAMES: [&str; 7] = [
     "PREFIXGATE_PREFIX_LOAD_FAMILY_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS",
     "PREFIXGATE_PREFIX_LOAD_COPY_WEIGHT",
+    "PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT",
 ];
 
 /// Largest accepted weight: beyond it one term swamps the others entirely, which a user
@@ -88,7 +98,7 @@ impl PrefixLoadConfig {
         &mut self,
         lookup: &impl Fn(&str) -> Option<String>,
     ) -> Result<(), ConfigError> {
-        let [prefill, pending, waiting, idle, family, window, copy] = PREFIX_LOAD_ENV_NAMES;
+        let [prefill, pending, waiting, idle, family, window, copy, learn] = PREFIX_LOAD_ENV_NAMES;
         for (name, field) in [
             (prefill, &mut self.prefill_weight),
             (pending, &mut self.pending_weight),
@@ -101,6 +111,9 @@ impl PrefixLoadConfig {
             if let Some(value) = lookup(name) {
                 *field = weight(name, &value, value.trim().parse().ok())?;
             }
+        }
+        if let Some(value) = lookup(learn) {
+            self.learn_weight = share(learn, &value, value.trim().parse().ok())?;
         }
         Ok(())
     }
@@ -127,7 +140,24 @@ impl PrefixLoadConfig {
         ] {
             weight(key, &value.to_string(), Some(value))?;
         }
+        share(
+            "prefix_load.learn_weight",
+            &self.learn_weight.to_string(),
+            Some(self.learn_weight),
+        )?;
         Ok(())
+    }
+}
+
+/// `parsed` as a share from 0 to 1, or an error naming `key` and the raw `value`.
+fn share(key: &str, value: &str, parsed: Option<f64>) -> Result<f64, ConfigError> {
+    match parsed {
+        Some(w) if (0.0..=1.0).contains(&w) => Ok(w),
+        _ => Err(ConfigError {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            reason: "must be a decimal number from 0 to 1".to_owned(),
+        }),
     }
 }
 
@@ -169,6 +199,7 @@ mod tests {
             ("PREFIXGATE_PREFIX_LOAD_FAMILY_WEIGHT", "8"),
             ("PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS", "2.5"),
             ("PREFIXGATE_PREFIX_LOAD_COPY_WEIGHT", "1"),
+            ("PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT", "0.5"),
         ])
         .unwrap();
         assert_eq!(
@@ -181,6 +212,7 @@ mod tests {
                 family_weight: 8.0,
                 family_window_seconds: 2.5,
                 copy_weight: 1.0,
+                learn_weight: 0.5,
             }
         );
         assert_eq!(config.family_window_millis(), 2500);

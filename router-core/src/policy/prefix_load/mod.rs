@@ -18,7 +18,9 @@
 //! ```
 //!
 //! - `uncached` = the request's full blocks minus those the pod holds as a leading run, per
-//!   the prefix index (`match% × blocks`, as `prefix-cache` matches).
+//!   the prefix index (`match% × blocks`, as `prefix-cache` matches), corrected by what
+//!   the pod's responses taught about the index's view of it (`learn_weight`; the
+//!   engines' `cached_tokens`, [`crate::load::CacheTrust`]).
 //! - `active` = prompt blocks of the pod's outstanding requests ([`PodLoad::active_blocks`]):
 //!   Dynamo's "active decode blocks", which scales with request size, unlike a count.
 //! - `pending` = blocks the pod's outstanding requests have yet to prefill
@@ -176,7 +178,7 @@ impl Policy for PrefixLoad {
                 let uncached = if c.copying > 0 {
                     blocks
                 } else {
-                    uncached_blocks(blocks, pct)
+                    learned_uncached(pod.load, blocks, pct, weights.learn_weight)
                 };
                 let copy = if pct < best {
                     copy_price(weights, uncached, in_flight)
@@ -214,6 +216,22 @@ impl Policy for PrefixLoad {
 pub fn uncached_blocks(blocks: u64, percent: u8) -> u64 {
     let held = (u64::from(percent.min(100)) * blocks).div_ceil(100);
     blocks - held.min(blocks)
+}
+
+/// Blocks of a `blocks`-block request that a pod matching `percent` % must prefill, the
+/// index's belief corrected by what the pod's responses taught (`learn_weight` of it;
+/// [`crate::load::CacheTrust`]). Without a lesson, or at weight 0, exactly
+/// [`uncached_blocks`].
+fn learned_uncached(load: &PodLoad, blocks: u64, percent: u8, learn_weight: f64) -> u64 {
+    let uncached = uncached_blocks(blocks, percent);
+    if learn_weight == 0.0 {
+        return uncached;
+    }
+    let trust = load.cache_trust();
+    if trust == crate::load::CacheTrust::default() {
+        return uncached;
+    }
+    blocks - trust.expected_held(blocks, blocks - uncached, learn_weight)
 }
 
 /// The estimated cost of sending a request that must prefill `uncached` blocks to `load`.
@@ -284,5 +302,7 @@ fn cheapest(costs: &[f64], rng: &mut dyn rand::RngCore) -> usize {
     }
 }
 
+#[cfg(test)]
+mod learn_tests;
 #[cfg(test)]
 mod tests;
