@@ -115,27 +115,46 @@ impl Policy for PrefixLoad {
         let names: Vec<&str> = input.pods.iter().map(|pod| pod.name).collect();
         let percents = input.index.match_names(input.model, input.hashes, &names);
         if blocks == 0 {
-            let counts: Vec<u64> = input
-                .pods
-                .iter()
-                .map(|p| p.load.shared_outstanding())
-                .collect();
-            let pod = least_loaded_of(&counts, input.rng);
-            return Choice {
-                pod,
-                selection: Some(Selection::LeastRequestFallback),
-                match_percent: Some(0),
-                imbalance: false,
-                shared_prefix: None,
-            };
+            return by_outstanding(input);
         }
-        let weights = &self.weights;
         let best = percents.iter().copied().max().unwrap_or(0);
         // The prefix is named by the deepest block it shares with its best holder.
         let held = blocks - uncached_blocks(blocks, best);
         let shared_prefix = held
             .checked_sub(1)
             .and_then(|last| input.hashes.get(last as usize).copied());
+        let costs = self.costs(input, &percents, best, shared_prefix);
+        let pod = cheapest(&costs, input.rng);
+        let chosen = percents[pod];
+        let selection = if best == 0 {
+            Selection::LeastRequestFallback
+        } else if chosen == best {
+            Selection::PrefixMatch
+        } else {
+            Selection::CostModel
+        };
+        Choice {
+            pod,
+            selection: Some(selection),
+            match_percent: Some(chosen),
+            imbalance: selection == Selection::CostModel,
+            shared_prefix,
+        }
+    }
+}
+
+impl PrefixLoad {
+    /// Each pod's cost for a request whose best match is `best` % (`percents` per pod), and
+    /// whose prefix, if any block of it is held, is named `shared_prefix`.
+    fn costs(
+        &self,
+        input: &PolicyInput<'_>,
+        percents: &[u8],
+        best: u8,
+        shared_prefix: Option<u64>,
+    ) -> Vec<f64> {
+        let weights = &self.weights;
+        let blocks = input.hashes.len() as u64;
         // Requests of this prefix outstanding on each pod, and copies of it still prefilling.
         let counts: Vec<PrefixCounts> = input
             .pods
@@ -153,7 +172,6 @@ impl Policy for PrefixLoad {
                 .iter()
                 .zip(&counts)
                 .any(|(&pct, c)| pct == best && c.outstanding > 0);
-        // A new family brings its later requests to wherever it goes first.
         // The prefix's requests in flight on its best holders: its rate, for the copy price.
         let in_flight: u64 = percents
             .iter()
@@ -161,15 +179,16 @@ impl Policy for PrefixLoad {
             .filter(|(pct, _)| **pct == best)
             .map(|(_, c)| u64::from(c.outstanding))
             .sum();
+        // A new family brings its later requests to wherever it goes first.
         let committed = if best == 0 && weights.family_weight > 0.0 {
             family_shares(input, weights.family_window_millis())
         } else {
             vec![0.0; input.pods.len()]
         };
-        let costs: Vec<f64> = input
+        input
             .pods
             .iter()
-            .zip(&percents)
+            .zip(percents)
             .zip(&counts)
             .zip(&committed)
             .map(|(((pod, &pct), c), &share)| {
@@ -189,23 +208,25 @@ impl Policy for PrefixLoad {
                     + copy
                     + weights.family_weight * blocks as f64 * share
             })
-            .collect();
-        let pod = cheapest(&costs, input.rng);
-        let chosen = percents[pod];
-        let selection = if best == 0 {
-            Selection::LeastRequestFallback
-        } else if chosen == best {
-            Selection::PrefixMatch
-        } else {
-            Selection::CostModel
-        };
-        Choice {
-            pod,
-            selection: Some(selection),
-            match_percent: Some(chosen),
-            imbalance: selection == Selection::CostModel,
-            shared_prefix,
-        }
+            .collect()
+    }
+}
+
+/// With no full block nothing can be cached: the pod with the fewest outstanding requests,
+/// as `least-request`.
+fn by_outstanding(input: &mut PolicyInput<'_>) -> Choice {
+    let counts: Vec<u64> = input
+        .pods
+        .iter()
+        .map(|p| p.load.shared_outstanding())
+        .collect();
+    let pod = least_loaded_of(&counts, input.rng);
+    Choice {
+        pod,
+        selection: Some(Selection::LeastRequestFallback),
+        match_percent: Some(0),
+        imbalance: false,
+        shared_prefix: None,
     }
 }
 
