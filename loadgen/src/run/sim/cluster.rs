@@ -26,10 +26,10 @@ use std::collections::HashMap;
 use mock_engine::model::{EngineModel, EngineProfile, EngineRequest, FinishReason, RequestId};
 use rand::rngs::StdRng;
 use router_core::kv_sync::token_bytes;
-use router_core::{
-    Candidate, Decision, EngineStats, InFlight, RouteError, RouteRequest, Router, Strategy,
-};
+use router_core::{Candidate, EngineStats, InFlight, RouteRequest, Router};
 
+pub use super::arrival::{Arrival, Served, SimError, Target};
+use super::flight::{Flight, engine_usage};
 use super::gateways::{GatewayEvent, Gateways, PeerSharing};
 use super::kv_sync::{ClusterSync, KvSyncStats};
 use crate::measure::{EngineCounters, ErrorClass, Peaks, RequestRecord, Usage};
@@ -62,135 +62,6 @@ fn saturating_u32(n: usize) -> u32 {
 /// Bounds on one `drive` call, so a model bug shows up as an error, never as a hang.
 const MAX_EVENTS: u64 = 20_000_000;
 const MAX_VIRTUAL_SECONDS: f64 = 6.0 * 3600.0;
-
-/// Where a request goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
-    /// Straight to one engine, bypassing the router (warm priming).
-    Direct(usize),
-    /// Through the router with this strategy.
-    Routed(Strategy),
-    /// Through the router, with every other replica's outstanding count raised above this
-    /// one's for the moment of the decision, so that a load-aware route (least-request, or a
-    /// prefix route's least-request fallback) picks it. Forces a family's first placement
-    /// (`SimOptions::first_owners`) and warm priming's owners (`SimOptions::warm_owners`).
-    RoutedOnto(Strategy, usize),
-}
-
-/// One request to send: a workload's planned request, whose `at` is a time on the cluster's
-/// virtual clock (the caller adds its phase origin), and where it goes.
-#[derive(Debug, Clone)]
-pub struct Arrival {
-    pub request: PlannedRequest,
-    pub target: Target,
-}
-
-/// What became of one arrival.
-#[derive(Debug, Clone)]
-pub struct Served {
-    pub record: RequestRecord,
-    /// The engine it ran on.
-    pub engine: usize,
-    /// The router's decision, for routed requests.
-    pub decision: Option<Decision>,
-}
-
-/// The simulation failed (a model or configuration bug, never a measurement outcome).
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    #[error("routing failed: {0}")]
-    Route(#[from] RouteError),
-    #[error("direct target {0} is not a replica")]
-    NoSuchReplica(usize),
-    #[error("{0} requests still in flight but no engine has work (model stalled)")]
-    Stalled(usize),
-    #[error("simulation exceeded its bounds ({0}); aborted")]
-    Runaway(&'static str),
-    #[error("no balanced family choice after {0} setup attempts")]
-    NoBalancedSetup(u32),
-    #[error("simulation settings: {0}")]
-    Config(String),
-    #[error("priming request failed (status {0:?}); the phase cannot be set up")]
-    Priming(Option<u16>),
-}
-
-/// A submitted request, as the event loop tracks it: where its record goes, its lifecycle in
-/// the router's load view (router-core's [`InFlight`], driven here by the engine's tokens as
-/// the gateway's response body drives it by bytes: first token, end with the engine's usage),
-/// and a chat's answer.
-struct Flight {
-    /// Index into the `Served` list being filled.
-    slot: usize,
-    /// The engine it runs on.
-    engine: usize,
-    /// The gateway that routed it and its lifecycle in that gateway's load view; `None` for
-    /// requests sent straight to an engine.
-    routed: Option<(usize, InFlight)>,
-    /// Its number across the cluster, naming it in what its gateway tells the others.
-    request: u64,
-    /// A chat's answer as the engine streams it (its next turn carries it); `None` for
-    /// other prompts, which nothing reads back.
-    answer: Option<String>,
-}
-
-impl Flight {
-    /// The first token came at `now` (seconds): the request's pending prefill ends, as at the
-    /// gateway's first response byte, and the gateway's peers hear of it.
-    fn first_token(&mut self, gateways: &mut Gateways, now: f64) {
-        if let Some((gateway, routed)) = self.routed.as_mut() {
-            routed.first_byte(millis(now));
-            let event = GatewayEvent::FirstToken {
-                request: self.request,
-                pod: self.engine,
-            };
-            gateways.publish(*gateway, event, now);
-        }
-    }
-
-    /// The last token came at `now`: the request ends with the engine's usage and releases
-    /// its count exactly then.
-    fn end(&mut self, gateways: &mut Gateways, now: f64, usage: Option<router_core::Usage>) {
-        if let Some((gateway, routed)) = self.routed.take() {
-            routed.end(millis(now), usage);
-            self.ended(gateways, gateway, now);
-        }
-    }
-
-    /// The request was cut or refused at `now`: its count is released and it teaches nothing
-    /// about the replica's speed.
-    fn cut(&mut self, gateways: &mut Gateways, now: f64) {
-        if let Some((gateway, routed)) = self.routed.take() {
-            drop(routed);
-            self.ended(gateways, gateway, now);
-        }
-    }
-
-    /// Its gateway tells the others that it ended.
-    fn ended(&self, gateways: &mut Gateways, gateway: usize, now: f64) {
-        let event = GatewayEvent::Ended {
-            request: self.request,
-            pod: self.engine,
-        };
-        gateways.publish(gateway, event, now);
-    }
-}
-
-/// A response's usage as the router's load view takes it, as a vLLM started with
-/// `--enable-prompt-tokens-details` reports it: `cached_tokens` only when something hit
-/// (`prompt_tokens_details` is null otherwise), so the router must know a replica reports
-/// them before reading their absence as 0, as it must with vLLM.
-fn engine_usage(usage: Usage) -> router_core::Usage {
-    router_core::Usage {
-        prompt_tokens: u64::from(usage.prompt_tokens),
-        cached_tokens: usage.cached_tokens.filter(|&c| c > 0).map(u64::from),
-        completion_tokens: u64::from(usage.completion_tokens),
-    }
-}
-
-/// Virtual seconds as the router's milliseconds.
-fn millis(seconds: f64) -> u64 {
-    (seconds * 1000.0) as u64
-}
 
 /// N engines and the gateways in front of them (one by default), on one virtual clock.
 #[derive(Debug)]

@@ -2,9 +2,11 @@
 //! mock-engine `EngineModel` per replica, on a virtual clock, with no sockets and no threads.
 //! Deterministic for a seed.
 //!
+//! - `arrival`: what the cluster is given (an arrival and its target) and gives back;
 //! - [`cluster`]: the engines, their loads and the router, and the event loop that sends
 //!   planned requests and turns tokens into records (the sink every workload feeds);
 //! - [`matrix`]: the matrix's phases on fresh clusters (`loadgen simulate`);
+//! - `flight`: one request in flight and its lifecycle in the router's load view;
 //! - [`converse`]: a conversation scenario's sessions, closed loop;
 //! - [`replay`]: a trace's planned requests, route after route, on fresh clusters;
 //! - [`gateways`]: G gateways in front of the cluster, and the seam for shared state;
@@ -13,8 +15,10 @@
 //! - [`kv_sync`]: the engines' KV-cache events applied to the router's index;
 //! - [`options`]: what to simulate; [`trace_lines`]: the per-request explanation file.
 
+mod arrival;
 pub mod cluster;
 pub mod converse;
+mod flight;
 pub mod gateways;
 pub mod kv_sync;
 pub mod matrix;
