@@ -11,6 +11,8 @@
 //! - [`Client`]: a plain HTTP/1 client for requests, streams and `/metrics` scrapes, with
 //!   [`Client::chat`] / [`Client::chat_stream`] for the chat path most tests use.
 //! - [`sse_events`] / [`assert_ends_with_done`]: what a streamed answer holds and how it ends.
+//! - [`raw_answer`] / [`openai_error`]: a request written as raw bytes and the gateway's
+//!   answer read until it closes; the OpenAI error in it.
 //! - [`wait_until`]: waits on a condition with a bounded deadline (never sleep-and-hope);
 //!   [`shutdown_once_released`] ends a test whose responses must have released their pods.
 //!
@@ -38,7 +40,8 @@ use gateway::{GatewayHandle, start};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 /// The model every fake upstream serves.
@@ -518,4 +521,35 @@ pub fn sse_events(text: &str) -> Vec<&str> {
 pub fn assert_ends_with_done(answer: &Answer) {
     let text = answer.text();
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+}
+
+/// Writes `request` whole and reads the gateway's answer until it closes: head and body.
+pub async fn raw_answer(gateway: &gateway::GatewayHandle, request: &[u8]) -> (String, String) {
+    let mut tcp = TcpStream::connect(gateway.addr()).await.unwrap();
+    tcp.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
+        .await
+        .expect("the gateway closes once it has answered")
+        .expect("closed without a reset");
+    let answer = String::from_utf8(answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect(&answer);
+    (head.to_owned(), body.to_owned())
+}
+
+/// The OpenAI error in a raw answer, checked to be one: JSON, `content-type:
+/// application/json`, `{"error":{"message","type","param","code"}}`.
+pub fn openai_error(head: &str, body: &str) -> serde_json::Value {
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\ncontent-type: application/json"),
+        "{head}"
+    );
+    let json: serde_json::Value = serde_json::from_str(body).expect(body);
+    let error = &json["error"];
+    for field in ["message", "type", "code"] {
+        assert!(error[field].is_string(), "{field}: {body}");
+    }
+    assert!(error.get("param").is_some(), "{body}");
+    error.clone()
 }

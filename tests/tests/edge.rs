@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use gateway::{HALF_CLOSE_PROBE as PROBE, HALF_CLOSE_PROBE_INTERVAL as PROBE_INTERVAL};
 use prefixgate_tests::{
-    Client, chat_body, gateway_with_one_upstream, shutdown_once_released, wait_until,
+    Client, chat_body, gateway_with_one_upstream, openai_error, raw_answer, shutdown_once_released,
+    wait_until,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -161,37 +162,6 @@ async fn a_client_that_closes_while_its_request_waits_in_the_engine_releases_it(
     })
     .await;
     shutdown_once_released(gateway).await;
-}
-
-/// Writes `request` whole and reads the gateway's answer until it closes: head and body.
-async fn raw_answer(gateway: &gateway::GatewayHandle, request: &[u8]) -> (String, String) {
-    let mut tcp = TcpStream::connect(gateway.addr()).await.unwrap();
-    tcp.write_all(request).await.unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
-        .await
-        .expect("the gateway closes once it has answered")
-        .expect("closed without a reset");
-    let answer = String::from_utf8(answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").expect(&answer);
-    (head.to_owned(), body.to_owned())
-}
-
-/// The OpenAI error in a raw answer, checked to be one: JSON, `content-type:
-/// application/json`, `{"error":{"message","type","param","code"}}`.
-fn openai_error(head: &str, body: &str) -> serde_json::Value {
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("\r\ncontent-type: application/json"),
-        "{head}"
-    );
-    let json: serde_json::Value = serde_json::from_str(body).expect(body);
-    let error = &json["error"];
-    for field in ["message", "type", "code"] {
-        assert!(error[field].is_string(), "{field}: {body}");
-    }
-    assert!(error.get("param").is_some(), "{body}");
-    error.clone()
 }
 
 #[tokio::test]

@@ -114,6 +114,11 @@ pub struct Exchange {
 }
 
 impl Exchange {
+    /// The request's number on its connection (the first is 1).
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
     /// The request body, noting when it is read to its end or waits for input.
     pub fn request_body<B>(&self, inner: B) -> WatchedRequest<B> {
         WatchedRequest {

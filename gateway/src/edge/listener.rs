@@ -36,7 +36,8 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use crate::edge::half_close::{Exchanges, HalfCloseIo};
-use crate::edge::head_limits::{self, HYPER_MAX_HEADERS};
+use crate::edge::head_guard::{HeadGuard, HeadVerdicts};
+use crate::edge::head_limits;
 use crate::request::parse::linger;
 
 /// A client that sends no complete request head for this long is disconnected. For HTTP/2
@@ -158,15 +159,35 @@ async fn serve_http<I>(
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let exchanges = Arc::new(Exchanges::default());
+    let verdicts = Arc::new(HeadVerdicts::default());
     let service = {
         let exchanges = Arc::clone(&exchanges);
+        let verdicts = Arc::clone(&verdicts);
         hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
             // The client's address, for `x-forwarded-for` (axum's extractor type).
             request.extensions_mut().insert(ConnectInfo(peer));
             let exchange = exchanges.dispatch(&request);
-            let refused = head_limits::check(request.headers()).err();
+            // A refused head's stand-in: answered with the error, and the connection closes.
+            let stand_in = exchange
+                .as_ref()
+                .and_then(|exchange| verdicts.refusal(exchange.number()));
+            // The head guard judged HTTP/1 heads against the limits already.
+            let unjudged = request.version() == http::Version::HTTP_2 || verdicts.unjudged();
+            let refused = if unjudged {
+                head_limits::check(request.headers()).err()
+            } else {
+                None
+            };
             let router = router.clone();
             async move {
+                if let Some(error) = stand_in {
+                    let mut response = error.into_response();
+                    response.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                    return Ok(response);
+                }
                 if let Some(error) = refused {
                     // Read and drop the body, so the client reads the 431 (as after a 413).
                     linger(Body::new(request.into_body()));
@@ -185,14 +206,17 @@ async fn serve_http<I>(
     // HTTP/1.1 exchange is in flight and probes for a client that left, which hyper's
     // half_close would notice only at the first response byte (docs/GATEWAY.md, "What each
     // connection gets").
-    let io = TokioIo::new(HalfCloseIo::new(stream, Arc::clone(&exchanges)));
+    // HTTP/1 heads are judged before hyper reads them (head_guard), HTTP/2 ones in the
+    // service above.
+    let guard = HeadGuard::new(stream, verdicts, protocols != Protocols::Http2);
+    let io = TokioIo::new(HalfCloseIo::new(guard, Arc::clone(&exchanges)));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        // Above the gateway's own limit, which answers in OpenAI JSON (head_limits).
-        .max_headers(HYPER_MAX_HEADERS);
+        // hyper's default header slot count (100) is the gateway's limit, judged first by
+        // the head guard in OpenAI JSON; unlike a larger count, it needs no allocation.
+        .header_read_timeout(HEADER_READ_TIMEOUT);
     builder
         .http2()
         .timer(TokioTimer::new())

@@ -3,7 +3,8 @@
 //! Every failure on the request path becomes a [`GatewayError`], which knows who caused it
 //! (the client, the upstream replica, or the gateway) and maps, in one place, to a status code
 //! and an OpenAI-shaped body `{"error":{"message","type","param","code"}}`. The `type` follows
-//! AIBrix's table: 400/404/413 `invalid_request_error` (and 431, which AIBrix never sends),
+//! AIBrix's table: 400/404/413 `invalid_request_error` (and 414 and 431, which AIBrix never
+//! sends),
 //! 503 `overloaded_error`, else `api_error`.
 
 use axum::http::{HeaderValue, StatusCode};
@@ -22,6 +23,13 @@ pub enum GatewayError {
     /// The request head has more header fields or bytes than the gateway takes.
     #[error("request header fields too large: {0}")]
     HeadTooLarge(String),
+    /// The HTTP/1 request head cannot be parsed, or its body framing is invalid or
+    /// ambiguous (`edge/head_limits.rs`).
+    #[error("malformed request head: {0}")]
+    MalformedHead(String),
+    /// The request target is longer than the gateway takes.
+    #[error("request target of {len} bytes, over the limit of {limit}")]
+    TargetTooLong { len: usize, limit: usize },
     /// The body is longer than the configured limit.
     #[error("request body exceeds the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
@@ -95,7 +103,9 @@ impl GatewayError {
             GatewayError::Body(_)
             | GatewayError::BodyRead(_)
             | GatewayError::UnknownStrategy(_)
+            | GatewayError::MalformedHead(_)
             | GatewayError::BadHeader { .. } => StatusCode::BAD_REQUEST,
+            GatewayError::TargetTooLong { .. } => StatusCode::URI_TOO_LONG,
             GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
             GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             GatewayError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -116,6 +126,8 @@ impl GatewayError {
             | GatewayError::BodyRead(_)
             | GatewayError::BodyTooLarge { .. }
             | GatewayError::HeadTooLarge(_)
+            | GatewayError::MalformedHead(_)
+            | GatewayError::TargetTooLong { .. }
             | GatewayError::UnknownModel(_)
             | GatewayError::UnknownStrategy(_)
             | GatewayError::UnknownPath(_)
@@ -141,6 +153,8 @@ impl GatewayError {
             GatewayError::BodyRead(_) => "invalid_body",
             GatewayError::BodyTooLarge { .. } => "body_too_large",
             GatewayError::HeadTooLarge(_) => "headers_too_large",
+            GatewayError::MalformedHead(_) => "invalid_request_head",
+            GatewayError::TargetTooLong { .. } => "uri_too_long",
             GatewayError::UnknownModel(_) => "model_not_found",
             GatewayError::UnknownStrategy(_) => "invalid_routing_strategy",
             GatewayError::NoReadyReplica(_)
@@ -202,7 +216,7 @@ pub fn openai_error(
 /// AIBrix's status → `type` table.
 fn error_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
-        400 | 404 | 413 | 431 => "invalid_request_error",
+        400 | 404 | 413 | 414 | 431 => "invalid_request_error",
         401 => "authentication_error",
         429 => "rate_limit_error",
         503 => "overloaded_error",
@@ -265,6 +279,19 @@ mod tests {
             (
                 GatewayError::HeadTooLarge("101 header fields".into()),
                 431,
+                "invalid_request_error",
+            ),
+            (
+                GatewayError::MalformedHead("invalid header name".into()),
+                400,
+                "invalid_request_error",
+            ),
+            (
+                GatewayError::TargetTooLong {
+                    len: 70000,
+                    limit: 65534,
+                },
+                414,
                 "invalid_request_error",
             ),
             (

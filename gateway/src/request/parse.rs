@@ -22,8 +22,8 @@ const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// After a 413, the rest of the body is read and thrown away for at most this long and this
 /// many bytes (a lingering close, as nginx's `lingering_time`): closing with unread bytes
 /// would reset the connection, and a client still writing its body would lose the 413.
-const LINGER_TIME: Duration = Duration::from_secs(10);
-const LINGER_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const LINGER_TIME: Duration = Duration::from_secs(10);
+pub(crate) const LINGER_BYTES: usize = 64 * 1024 * 1024;
 
 /// Reads the whole body, refusing more than `limit` bytes (413) before reading them when the
 /// client declares a `content-length`, and while reading otherwise. A refused body's rest
