@@ -56,6 +56,29 @@ const MAX_SHARDS: usize = 64;
 /// indexes stay exact LRUs.
 const MIN_BLOCKS_PER_SHARD: usize = 1024;
 
+/// One candidate pod of [`PrefixIndex::match_pods`], and its match once made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodMatch {
+    key: PodKey,
+    held: usize,
+}
+
+impl PodMatch {
+    /// The pod named `pod`, not matched yet.
+    pub fn new(pod: &str) -> Self {
+        PodMatch {
+            key: name_key(pod),
+            held: 0,
+        }
+    }
+
+    /// How many of the request's blocks the pod holds as a contiguous run from the first
+    /// (0: none).
+    pub fn held(&self) -> usize {
+        self.held
+    }
+}
+
 /// Which pods were sent which prompt blocks, per model.
 pub struct PrefixIndex {
     shards: Box<[Mutex<Shard>]>,
@@ -121,35 +144,39 @@ impl PrefixIndex {
     /// one block is a match, even one whose percentage rounds down to 0 (one block of more
     /// than 100): AIBrix keeps such a pod among its matched pods, with 0 %.
     pub fn match_blocks(&self, model: &str, hashes: &[u64], pods: &[&str]) -> Vec<usize> {
-        let mut held = vec![0usize; pods.len()];
+        let mut matches: Vec<PodMatch> = pods.iter().map(|name| PodMatch::new(name)).collect();
+        self.match_pods(model, hashes, &mut matches);
+        matches.iter().map(PodMatch::held).collect()
+    }
+
+    /// [`match_blocks`](Self::match_blocks) into the caller's `pods`, which a policy keeps
+    /// on its stack: each one's [`PodMatch::held`] is set.
+    pub fn match_pods(&self, model: &str, hashes: &[u64], pods: &mut [PodMatch]) {
+        for pod in pods.iter_mut() {
+            pod.held = 0;
+        }
         if hashes.is_empty() || pods.is_empty() {
-            return held;
+            return;
         }
         let model = name_key(model);
-        let keys: Vec<PodKey> = pods.iter().map(|name| name_key(name)).collect();
-        let mut alive = vec![true; pods.len()];
         for (i, &hash) in hashes.iter().enumerate() {
             let shard = self.shard(hash);
-            let Some(pods) = shard.pods(hash) else {
+            let Some(holders) = shard.pods(hash) else {
                 break;
             };
             let mut any = false;
-            for (j, key) in keys.iter().enumerate() {
-                if !alive[j] {
-                    continue;
-                }
-                if pods.contains(&(model, *key)) {
-                    held[j] = i + 1;
+            // A pod still in the walk holds every block before this one; one that missed a
+            // block has stopped short of `i` and keeps its run.
+            for pod in pods.iter_mut().filter(|pod| pod.held == i) {
+                if holders.contains(&(model, pod.key)) {
+                    pod.held = i + 1;
                     any = true;
-                } else {
-                    alive[j] = false;
                 }
             }
             if !any {
                 break;
             }
         }
-        held
     }
 
     /// Per pod of `pods` (names, same order), the percentage of the request's full blocks

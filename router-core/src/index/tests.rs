@@ -38,6 +38,28 @@ fn aibrix_prefix_hash_table_e2e() {
 }
 
 #[test]
+fn match_pods_fills_the_caller_s_pods_and_forgets_their_last_match() {
+    let index = PrefixIndex::new(100, 60_000);
+    let hashes = [10, 11, 12];
+    index.add(MODEL, &hashes, "a", 0);
+    index.add(MODEL, &hashes[..1], "b", 0);
+    let mut pods = [PodMatch::new("a"), PodMatch::new("b"), PodMatch::new("c")];
+    index.match_pods(MODEL, &hashes, &mut pods);
+    assert_eq!(pods.map(|pod| pod.held()), [3, 1, 0]);
+    assert_eq!(
+        index.match_blocks(MODEL, &hashes, &["a", "b", "c"]),
+        [3, 1, 0]
+    );
+    // The same pods reused for the next request (a policy's scratch): no earlier run
+    // carries over, whether the walk stops at the first block or never starts.
+    index.match_pods(MODEL, &[99, 10], &mut pods);
+    assert_eq!(pods.map(|pod| pod.held()), [0, 0, 0]);
+    index.match_pods(MODEL, &hashes, &mut pods);
+    index.match_pods(MODEL, &[], &mut pods);
+    assert_eq!(pods.map(|pod| pod.held()), [0, 0, 0]);
+}
+
+#[test]
 fn match_names_answers_in_the_pods_order() {
     let index = PrefixIndex::new(100, 60_000);
     let hashes = [10, 11];

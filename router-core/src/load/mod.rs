@@ -47,9 +47,13 @@ pub struct EngineStats {
 
 /// One pod's live load. Shared (`Arc`) between the replica set, in-flight guards and
 /// policies. The counts, work sums, engine statistics and speed estimates are atomics, read
-/// without a lock; the per-prefix counts ([`prefix_counts`](Self::prefix_counts)) and the
-/// recent families are each behind a mutex held for one map operation, which `prefix-load`
-/// takes once per pod per decision (docs/PERFORMANCE.md measures it).
+/// without a lock. Two things are not: the per-prefix counts
+/// ([`prefix_counts`](Self::prefix_counts)) and the recent families are each behind a mutex
+/// held for one map operation. `prefix-load` takes the first once per pod for a request that
+/// shares a prefix (twice with cluster peers, whose counts sit in their own `PodLoad`), and
+/// the second once per pod only when no pod holds any of the prompt and its family term is
+/// on; `prefix-cache`, `least-request` and `random` take neither. docs/PERFORMANCE.md
+/// measures the decisions.
 #[derive(Debug, Default)]
 pub struct PodLoad {
     outstanding: AtomicU64,

@@ -4,7 +4,7 @@
 use rand::Rng;
 use rand::RngCore;
 
-use super::{Choice, Policy, PolicyInput};
+use super::{Choice, PerPod, Policy, PolicyInput};
 use crate::load::Candidate;
 
 #[derive(Debug, Default)]
@@ -19,7 +19,7 @@ impl Policy for LeastRequest {
 /// A uniformly random pod among those with the minimum outstanding count. Shared with the
 /// prefix-cache fallback, which AIBrix defines the same way.
 pub(crate) fn least_loaded(pods: &[Candidate<'_>], rng: &mut dyn RngCore) -> usize {
-    let counts: Vec<u64> = pods
+    let counts: PerPod<u64> = pods
         .iter()
         .map(|pod| pod.load.shared_outstanding())
         .collect();

@@ -11,6 +11,7 @@
 use std::fmt;
 
 use rand::RngCore;
+use smallvec::SmallVec;
 
 use crate::Millis;
 use crate::decision::Selection;
@@ -30,6 +31,10 @@ pub use random::Random;
 /// The strategies these policies implement (defined in their own module so that the decision
 /// record can name them without depending on the policies).
 pub use crate::strategy::{Strategy, UnknownStrategy};
+
+/// A decision's per-candidate scratch (loads, candidates, matches, costs): up to 16 pods
+/// it stays on the stack, so a decision allocates nothing for it; more spill to the heap.
+pub(crate) type PerPod<T> = SmallVec<[T; 16]>;
 
 /// What a policy is given to decide with.
 pub struct PolicyInput<'a> {

@@ -34,9 +34,9 @@ use rand::RngCore;
 use rand::seq::SliceRandom;
 
 use super::least_request::least_loaded_of;
-use super::{Choice, Policy, PolicyInput};
+use super::{Choice, PerPod, Policy, PolicyInput};
 use crate::decision::Selection;
-use crate::index::match_percent;
+use crate::index::{PodMatch, match_percent};
 
 /// `prefix-cache` with its two settings (AIBrix's environment names).
 #[derive(Debug, Clone, Copy)]
@@ -60,25 +60,28 @@ impl PrefixCache {
 
 impl Policy for PrefixCache {
     fn choose(&self, input: &mut PolicyInput<'_>) -> Choice {
-        let counts: Vec<u64> = input
+        let counts: PerPod<u64> = input
             .pods
             .iter()
             .map(|pod| pod.load.shared_outstanding())
             .collect();
         let gate = imbalance_gate(&counts, self.imbalance_abs_count);
         let imbalance = gate.is_some();
-        let candidates: Vec<usize> = gate.unwrap_or_else(|| (0..counts.len()).collect());
-        let names: Vec<&str> = candidates.iter().map(|&i| input.pods[i].name).collect();
-        let held = input.index.match_blocks(input.model, input.hashes, &names);
+        let candidates: PerPod<usize> = gate.unwrap_or_else(|| (0..counts.len()).collect());
+        let mut held: PerPod<PodMatch> = candidates
+            .iter()
+            .map(|&i| PodMatch::new(input.pods[i].name))
+            .collect();
+        input.index.match_pods(input.model, input.hashes, &mut held);
         // A pod holding the first block is matched whatever its percentage: AIBrix keeps
         // one at 0 % (one block of more than 100) in `matchedPods`, so the request goes by
         // the σ filter (`prefix_match`), not to the least-request fallback.
         let blocks = input.hashes.len();
-        let matched: Vec<(usize, u8)> = candidates
+        let matched: PerPod<(usize, u8)> = candidates
             .into_iter()
-            .zip(held)
-            .filter(|&(_, held)| held > 0)
-            .map(|(pod, held)| (pod, match_percent(held, blocks)))
+            .zip(&held)
+            .filter(|(_, pod)| pod.held() > 0)
+            .map(|(i, pod)| (i, match_percent(pod.held(), blocks)))
             .collect();
         let percent_of = |pod: usize| {
             matched
@@ -114,7 +117,7 @@ impl Policy for PrefixCache {
 
 /// The pods at the minimum count when max − min is strictly greater than `threshold`;
 /// `None` when the load is balanced enough (or there are no pods).
-pub(crate) fn imbalance_gate(counts: &[u64], threshold: u64) -> Option<Vec<usize>> {
+pub(crate) fn imbalance_gate(counts: &[u64], threshold: u64) -> Option<PerPod<usize>> {
     let min = *counts.iter().min()?;
     let max = *counts.iter().max()?;
     if max - min <= threshold {
@@ -152,7 +155,7 @@ pub(crate) fn pick_matched(
         return None;
     }
     let limit = load_limit(counts, k);
-    let mut order = matched.to_vec();
+    let mut order: PerPod<(usize, u8)> = matched.iter().copied().collect();
     order.shuffle(rng);
     order.sort_by(|&(a, pct_a), &(b, pct_b)| pct_b.cmp(&pct_a).then(counts[a].cmp(&counts[b])));
     order

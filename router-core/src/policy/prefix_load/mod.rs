@@ -81,9 +81,10 @@
 use rand::Rng;
 
 use super::least_request::least_loaded_of;
-use super::{Choice, Policy, PolicyInput};
+use super::{Choice, PerPod, Policy, PolicyInput};
 use crate::decision::Selection;
 use crate::families::FamilyCount;
+use crate::index::{PodMatch, match_percent};
 use crate::load::{PodLoad, PrefixCounts};
 
 pub mod config;
@@ -112,8 +113,12 @@ impl PrefixLoad {
 impl Policy for PrefixLoad {
     fn choose(&self, input: &mut PolicyInput<'_>) -> Choice {
         let blocks = input.hashes.len() as u64;
-        let names: Vec<&str> = input.pods.iter().map(|pod| pod.name).collect();
-        let percents = input.index.match_names(input.model, input.hashes, &names);
+        let mut held: PerPod<PodMatch> = input.pods.iter().map(|p| PodMatch::new(p.name)).collect();
+        input.index.match_pods(input.model, input.hashes, &mut held);
+        let percents: PerPod<u8> = held
+            .iter()
+            .map(|pod| match_percent(pod.held(), input.hashes.len()))
+            .collect();
         if blocks == 0 {
             return by_outstanding(input);
         }
@@ -152,11 +157,11 @@ impl PrefixLoad {
         percents: &[u8],
         best: u8,
         shared_prefix: Option<u64>,
-    ) -> Vec<f64> {
+    ) -> PerPod<f64> {
         let weights = &self.weights;
         let blocks = input.hashes.len() as u64;
         // Requests of this prefix outstanding on each pod, and copies of it still prefilling.
-        let counts: Vec<PrefixCounts> = input
+        let counts: PerPod<PrefixCounts> = input
             .pods
             .iter()
             .map(|pod| {
@@ -183,7 +188,7 @@ impl PrefixLoad {
         let committed = if best == 0 && weights.family_weight > 0.0 {
             family_shares(input, weights.family_window_millis())
         } else {
-            vec![0.0; input.pods.len()]
+            PerPod::from_elem(0.0, input.pods.len())
         };
         input
             .pods
@@ -215,7 +220,7 @@ impl PrefixLoad {
 /// With no full block nothing can be cached: the pod with the fewest outstanding requests,
 /// as `least-request`.
 fn by_outstanding(input: &mut PolicyInput<'_>) -> Choice {
-    let counts: Vec<u64> = input
+    let counts: PerPod<u64> = input
         .pods
         .iter()
         .map(|p| p.load.shared_outstanding())
@@ -287,8 +292,8 @@ pub fn pod_cost(load: &PodLoad, uncached: u64, weights: &PrefixLoadConfig, idle_
 /// the fraction of them that have recurred (all 0 when none were routed): bounded by
 /// `family_weight` prompts, and fading to nothing when the prompts turn out to be one-off
 /// prompts rather than families, which would only even out arrivals.
-fn family_shares(input: &PolicyInput<'_>, window: crate::Millis) -> Vec<f64> {
-    let counts: Vec<FamilyCount> = input
+fn family_shares(input: &PolicyInput<'_>, window: crate::Millis) -> PerPod<f64> {
+    let counts: PerPod<FamilyCount> = input
         .pods
         .iter()
         .map(|pod| pod.load.families().count(input.now, window))
@@ -296,7 +301,7 @@ fn family_shares(input: &PolicyInput<'_>, window: crate::Millis) -> Vec<f64> {
     let total: usize = counts.iter().map(|c| c.families).sum();
     let recurring: usize = counts.iter().map(|c| c.recurring).sum();
     if total == 0 {
-        return vec![0.0; counts.len()];
+        return PerPod::from_elem(0.0, counts.len());
     }
     let families_at_all = recurring as f64 / total as f64;
     counts
@@ -312,15 +317,16 @@ fn copy_price(weights: &PrefixLoadConfig, uncached: u64, in_flight: u64) -> f64 
     weights.prefill_weight * uncached as f64 * weights.copy_weight / (1.0 + in_flight as f64)
 }
 
-/// A uniformly random index among the minima of `costs` (0 for an empty slice).
+/// A uniformly random index among the minima of `costs` (0 for an empty slice). The
+/// random number is drawn only when there is a tie.
 fn cheapest(costs: &[f64], rng: &mut dyn rand::RngCore) -> usize {
     let min = costs.iter().copied().fold(f64::INFINITY, f64::min);
-    let ties: Vec<usize> = (0..costs.len()).filter(|&i| costs[i] == min).collect();
-    match ties.len() {
-        0 => 0,
-        1 => ties[0],
-        n => ties[rng.random_range(0..n)],
-    }
+    let mut ties = (0..costs.len()).filter(|&i| costs[i] == min);
+    let pick = match ties.clone().count() {
+        0 | 1 => 0,
+        n => rng.random_range(0..n),
+    };
+    ties.nth(pick).unwrap_or(0)
 }
 
 #[cfg(test)]
