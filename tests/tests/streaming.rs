@@ -10,9 +10,11 @@ use mock_engine::model::EngineProfile;
 use mock_engine::server::{FailurePlan, ReplicaConfig, spawn_replica};
 use prefixgate_tests::{
     Client, FakeUpstream, MOCK_MODEL, assert_ends_with_done, chat_body, chat_body_for,
-    gateway_config, gateway_with_one_upstream, mock_gateway_config, shutdown_once_released,
-    sse_events, wait_outstanding_zero, wait_until,
+    gateway_config, gateway_with_one_upstream, mock_gateway_config, openai_error,
+    shutdown_once_released, sse_events, wait_outstanding_zero, wait_until,
 };
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 #[tokio::test]
 async fn chunks_arrive_before_the_upstream_finishes() {
@@ -166,6 +168,41 @@ async fn a_stream_cut_by_shutdown_ends_with_an_error_event() {
     let message = error["error"]["message"].as_str().unwrap();
     assert!(message.contains("replica a"), "{message}");
     assert_eq!(events[1], "data: [DONE]");
+    wait_until("the upstream request to be cancelled", || {
+        a.in_flight() == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_request_cut_by_shutdown_before_its_replica_answers_gets_a_503() {
+    let (a, gateway) = gateway_with_one_upstream().await;
+    let body = chat_body("hi", false);
+    // Waiting in the engine's queue: no response headers yet.
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
+         x-fake: hang\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut tcp = TcpStream::connect(gateway.addr()).await.unwrap();
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    wait_until("the replica to hold the request", || a.in_flight() == 1).await;
+    assert!(!gateway.shutdown_within(Duration::from_millis(100)).await);
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
+        .await
+        .expect("the gateway closes once it has answered")
+        .expect("closed without a reset");
+    let answer = String::from_utf8(answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect(&answer);
+    assert!(head.starts_with("HTTP/1.1 503 "), "{answer}");
+    let error = openai_error(head, body);
+    assert_eq!(error["code"], "gateway_shutting_down", "{body}");
+    assert_eq!(error["type"], "overloaded_error", "{body}");
+    assert!(
+        error["message"].as_str().unwrap().contains("replica a"),
+        "{body}"
+    );
     wait_until("the upstream request to be cancelled", || {
         a.in_flight() == 0
     })

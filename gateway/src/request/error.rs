@@ -74,9 +74,10 @@ pub enum GatewayError {
     /// A request header routing or admission reads has an unusable value.
     #[error("header {header}: {reason}")]
     BadHeader { header: String, reason: String },
-    /// The gateway is shutting down.
-    #[error("the gateway is shutting down")]
-    ShuttingDown,
+    /// The shutdown's drain deadline passed while the request still waited for its
+    /// replica's response headers (the upstream request is cancelled).
+    #[error("the gateway shut down before replica {pod} answered")]
+    ShuttingDown { pod: String },
 }
 
 /// The strategy names a `routing-strategy` header may carry, for error messages.
@@ -113,7 +114,7 @@ impl GatewayError {
             GatewayError::UnknownModel(_) | GatewayError::UnknownPath(_) => StatusCode::NOT_FOUND,
             GatewayError::NoReadyReplica(_)
             | GatewayError::Routing(_)
-            | GatewayError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            | GatewayError::ShuttingDown { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::UpstreamUnavailable { .. } => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
@@ -139,7 +140,7 @@ impl GatewayError {
             }
             GatewayError::NoReadyReplica(_)
             | GatewayError::Routing(_)
-            | GatewayError::ShuttingDown => Blame::Gateway,
+            | GatewayError::ShuttingDown { .. } => Blame::Gateway,
         }
     }
 
@@ -157,9 +158,9 @@ impl GatewayError {
             GatewayError::TargetTooLong { .. } => "uri_too_long",
             GatewayError::UnknownModel(_) => "model_not_found",
             GatewayError::UnknownStrategy(_) => "invalid_routing_strategy",
-            GatewayError::NoReadyReplica(_)
-            | GatewayError::Routing(_)
-            | GatewayError::ShuttingDown => "service_unavailable",
+            GatewayError::NoReadyReplica(_) | GatewayError::Routing(_) => "service_unavailable",
+            // As the SSE event of a stream cut at the same moment.
+            GatewayError::ShuttingDown { .. } => "gateway_shutting_down",
             GatewayError::UpstreamUnavailable { .. } => "upstream_unavailable",
             GatewayError::UpstreamTimeout { .. } => "upstream_timeout",
             GatewayError::UnknownPath(_) => "unknown_path",
@@ -306,6 +307,11 @@ mod tests {
             ),
             (
                 GatewayError::NoReadyReplica("m".into()),
+                503,
+                "overloaded_error",
+            ),
+            (
+                GatewayError::ShuttingDown { pod: "a".into() },
                 503,
                 "overloaded_error",
             ),

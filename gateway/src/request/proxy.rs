@@ -7,6 +7,8 @@
 //! replica is left, a replica's own 502/503 answer passes through; refused connections end in
 //! a 502 of the gateway's. A replica that sends no response headers within the first-byte
 //! timeout is not retried (the request may be running there) and the client gets 504. Once headers arrive, the response is committed.
+//! A shutdown whose drain deadline passes while an attempt still waits for its headers ends
+//! the wait with 503 `gateway_shutting_down` (the upstream request is dropped, so cancelled).
 //!
 //! What every attempt sends (method, path, headers, body) is prepared once ([`Outgoing`]),
 //! and a retry routes with the prompt's block hashes taken back from the failed attempt, so
@@ -52,6 +54,8 @@ enum AttemptError {
     Retryable { reason: String, connect: bool },
     /// No response headers in time.
     Timeout,
+    /// The shutdown's drain deadline passed first.
+    Cut,
 }
 
 /// What every attempt of one request sends upstream, prepared once.
@@ -148,6 +152,8 @@ pub async fn forward(
                 });
             }
             Err(AttemptError::Timeout) => return Err(first_byte_timeout(state, pod)),
+            // Returning drops `picked`: the pod's outstanding count is released.
+            Err(AttemptError::Cut) => return Err(GatewayError::ShuttingDown { pod: pod.into() }),
             Err(AttemptError::Retryable { reason, connect }) => {
                 if connect {
                     refused_connection(state, &replica, &fields.model, &picked);
@@ -236,12 +242,18 @@ async fn send(
             connect: false,
         })?;
     *request.headers_mut() = headers;
-    match tokio::time::timeout(
+    let answer = tokio::time::timeout(
         state.settings.first_byte_timeout,
         state.client.request(request),
-    )
-    .await
-    {
+    );
+    // At the shutdown's cut the wait ends and the upstream request is dropped (cancelled),
+    // so the client gets a 503 instead of a connection aborted a moment later.
+    let answered = tokio::select! {
+        biased;
+        () = state.cut.cancelled() => return Err(AttemptError::Cut),
+        answered = answer => answered,
+    };
+    match answered {
         Err(_elapsed) => Err(AttemptError::Timeout),
         Ok(Ok(response)) => Ok(response),
         Ok(Err(error)) => {
