@@ -268,6 +268,23 @@ fn the_trace_has_one_line_per_request_agreeing_with_the_phase() {
                 "{name}: {:?}",
                 line.selection
             );
+            // The engine's report of what it held of the prompt.
+            let prompt = line
+                .prompt_tokens
+                .expect("every request finished with usage");
+            assert!(line.cached_tokens.is_some_and(|c| c <= prompt), "{name}");
+        }
+        let hit = |l: &TraceLine| l.cached_tokens.is_some_and(|c| c > 0);
+        if phase.scenario == "warm-uniform" {
+            // Every family was primed on every engine.
+            assert!(lines.iter().all(hit), "{name}");
+        }
+        if phase.scenario == "cold-uniform" {
+            // A family's first request finds nothing anywhere.
+            let mut seen = std::collections::HashSet::new();
+            let firsts: Vec<&TraceLine> = lines.iter().filter(|l| seen.insert(l.family)).collect();
+            assert!(firsts.len() > 1, "{name}");
+            assert!(!firsts.iter().any(|l| hit(l)), "{name}");
         }
     }
 }

@@ -25,6 +25,10 @@ pub struct TraceLine {
     pub match_percent: Option<u8>,
     /// The chosen replica's outstanding requests before this one.
     pub outstanding_at_selection: Option<u64>,
+    /// The engine's `prompt_tokens` and `cached_tokens` (what the engine held of the prompt
+    /// when it scheduled it: how a decision's believed match turned out).
+    pub prompt_tokens: Option<u32>,
+    pub cached_tokens: Option<u32>,
     pub ttft_s: Option<f64>,
     pub e2e_s: Option<f64>,
     /// Within the SLO (`good` in the phase's result).
@@ -53,6 +57,8 @@ pub fn trace_lines(phase: &PhaseResult, served: &[Served], slo: &Slo) -> Vec<Tra
                     .map(|sel| sel.as_str().to_owned()),
                 match_percent: decision.and_then(|d| d.match_percent),
                 outstanding_at_selection: r.outstanding_at_selection,
+                prompt_tokens: r.usage.map(|u| u.prompt_tokens),
+                cached_tokens: r.usage.and_then(|u| u.cached_tokens),
                 ttft_s: r.ttft(),
                 e2e_s: r.e2e(),
                 good: is_good(r, slo),
