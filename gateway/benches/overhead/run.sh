@@ -84,7 +84,7 @@ for url in "$GATEWAY" "${BASELINE:-$GATEWAY}"; do
     done
 done
 
-echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg), PIN=${PIN:-0} (proxy ${PROXY_CPUS}, upstream ${UPSTREAM_CPUS}, wrk ${LOAD_CPUS} with ${WRK_THREADS} threads)"
+describe_machine
 echo "# upstream $UPSTREAM, forwarder $FORWARDER, gateway $GATEWAY; ${SECONDS_PER_RUN}s per run, $ROUNDS rounds"
 result_header
 RESULTS=$WORK/results.tsv

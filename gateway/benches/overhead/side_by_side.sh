@@ -108,7 +108,7 @@ for target in $TARGETS; do
         "${URL[$target]}/v1/chat/completions" || { echo "$target does not answer" >&2; exit 1; }
 done
 
-echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg), PIN=${PIN:-0} (proxy ${PROXY_CPUS}, upstream ${UPSTREAM_CPUS}, wrk ${LOAD_CPUS} with ${WRK_THREADS} threads)"
+describe_machine
 echo "# replicas $A $B (profile ${MOCK_PROFILE:-fast}); targets: $TARGETS; ${SECONDS_PER_RUN}s per run, $ROUNDS rounds"
 result_header
 RESULTS=$WORK/results.tsv
