@@ -31,13 +31,14 @@ pub mod kubernetes;
 pub mod kv_events;
 pub mod static_;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
 use router_core::PodLoad;
 
 use self::kv_events::EventEndpoints;
+use crate::metrics::{Metrics, PodMetrics};
 
 /// One upstream replica.
 #[derive(Debug)]
@@ -60,6 +61,8 @@ pub struct Replica {
     /// Set when it is leaving (an admin drain): it takes no new request.
     draining: AtomicBool,
     origin: Origin,
+    /// Its metric series, made on its first request and dropped with it.
+    metrics: OnceLock<Arc<PodMetrics>>,
 }
 
 /// Where a replica came from; decides what the admin API may do with it.
@@ -116,6 +119,7 @@ impl Replica {
             publishes_kv_events: true,
             draining: AtomicBool::new(false),
             origin: Origin::Static,
+            metrics: OnceLock::new(),
         }
     }
 
@@ -194,6 +198,21 @@ impl Replica {
 
     pub fn load(&self) -> &Arc<PodLoad> {
         &self.load
+    }
+
+    /// Its series in `metrics`, resolved on first use and kept for its life, so its
+    /// requests do no label lookup ([`PodMetrics`]).
+    pub fn metrics(&self, metrics: &Metrics) -> Arc<PodMetrics> {
+        let mine = self
+            .metrics
+            .get_or_init(|| Arc::new(metrics.pod(&self.name)));
+        if mine.belongs_to(metrics) {
+            Arc::clone(mine)
+        } else {
+            // Another gateway state's metrics (tests share replicas between states): correct
+            // series, looked up afresh.
+            Arc::new(metrics.pod(&self.name))
+        }
     }
 
     /// Whether the replica takes new requests: not ejected and not draining.
@@ -386,6 +405,23 @@ mod tests {
             .map(|r| r.name().to_owned())
             .collect();
         assert_eq!(names, ["b"]);
+    }
+
+    #[test]
+    fn a_replica_resolves_its_series_once_and_only_in_its_own_metrics() {
+        let replica = Replica::new("a", "h:1", vec!["m".into()]);
+        let metrics = Metrics::new().unwrap();
+        let first = replica.metrics(&metrics);
+        assert!(Arc::ptr_eq(&first, &replica.metrics(&metrics)), "kept");
+        assert_eq!(first.pod(), "a");
+        // Another state's metrics (tests share replicas): its own series, not the first's.
+        let other = Metrics::new().unwrap();
+        let theirs = replica.metrics(&other);
+        assert!(theirs.belongs_to(&other) && !theirs.belongs_to(&metrics));
+        theirs.record_retry();
+        let retried = r#"prefixgate_upstream_retries_total{pod="a"} 1"#;
+        assert!(other.render([]).contains(retried));
+        assert!(!metrics.render([]).contains(retried));
     }
 
     #[test]

@@ -180,18 +180,16 @@ fn respond(
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
-    let pod = picked.replica.name().to_owned();
-    state
+    picked
         .metrics
-        .record_request(model, &pod, upstream.status.as_u16());
+        .record_request(model, upstream.status.as_u16());
     let body = GuardedBody::new(
         upstream_body,
         picked.guard,
         sse,
         state.settings.idle_timeout,
         Completion {
-            metrics: state.metrics.clone(),
-            pod,
+            metrics: picked.metrics,
             sent_at,
             clock: state.clock,
         },

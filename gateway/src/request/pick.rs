@@ -14,6 +14,7 @@ use router_core::text::{Endpoint, RoutingFields};
 use router_core::{Candidate, Decision, InFlight, RouteError, RouteRequest, Strategy};
 
 use crate::cluster::SharedTicket;
+use crate::metrics::PodMetrics;
 use crate::replicas::Replica;
 use crate::request::error::GatewayError;
 use crate::request::headers::ROUTING_STRATEGY;
@@ -23,6 +24,8 @@ use crate::state::AppState;
 #[derive(Debug)]
 pub struct Picked {
     pub replica: Arc<Replica>,
+    /// The replica's metric series.
+    pub metrics: Arc<PodMetrics>,
     pub decision: Decision,
     pub guard: InFlight,
     /// The request's messages to the other gateways (cluster sharing): its release goes
@@ -87,11 +90,9 @@ pub fn pick(
     let latency = started.elapsed();
     match routed {
         Ok(routed) => {
-            state
-                .metrics
-                .record_decision(&fields.model, &routed.decision, latency);
             // The decision indexes `candidates`; the replica is the one owning that load view
             // (found by identity, not by re-reading readiness, which may have changed since).
+            // Always found: the candidates are this snapshot's.
             let chosen = candidates.get(routed.decision.pod).map(|c| c.load);
             let Some(replica) = snapshot
                 .iter()
@@ -100,12 +101,15 @@ pub fn pick(
             else {
                 return Err(GatewayError::NoReadyReplica(fields.model.clone()));
             };
+            let metrics = replica.metrics(&state.metrics);
+            metrics.record_decision(&fields.model, &routed.decision, latency);
             let ticket = state
                 .cluster
                 .as_ref()
                 .map(|cluster| cluster.decided(&fields.model, &routed.decision, &routed.guard));
             Ok(Picked {
                 replica,
+                metrics,
                 decision: routed.decision,
                 guard: routed.guard,
                 ticket,

@@ -124,7 +124,7 @@ pub async fn forward(
             Err(error) => return Err(error),
         };
         if let Some(failed) = tried.last() {
-            state.metrics.record_retry(failed.name());
+            failed.metrics(&state.metrics).record_retry();
         }
         let sent_at = Instant::now();
         let replica = Arc::clone(&picked.replica);

@@ -18,6 +18,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -31,7 +32,7 @@ use crate::admit::request_cost::UsageScan;
 use crate::admit::{AdmissionPermit, TokenHold};
 use crate::clock::Clock;
 use crate::cluster::SharedTicket;
-use crate::metrics::Metrics;
+use crate::metrics::PodMetrics;
 use crate::request::error::openai_error;
 
 /// Why a response body stopped early.
@@ -68,8 +69,8 @@ impl StreamError {
 /// What to record when the body finishes.
 #[derive(Debug)]
 pub struct Completion {
-    pub metrics: Metrics,
-    pub pod: String,
+    /// The replica's series (its name, for errors, too).
+    pub metrics: Arc<PodMetrics>,
     /// When the request was sent upstream.
     pub sent_at: Instant,
     /// The router's clock, for the request's lifecycle (first byte, end).
@@ -194,7 +195,7 @@ impl<B> GuardedBody<B> {
             && let Some(c) = &self.completion
             && let Some(verdict) = guard.end(c.clock.now_ms(), self.usage.router_usage())
         {
-            c.metrics.record_cache_report(&c.pod, verdict);
+            c.metrics.record_cache_report(verdict);
         }
         self.ticket = None;
         self.permit = None;
@@ -202,14 +203,14 @@ impl<B> GuardedBody<B> {
         if let Some(completion) = self.completion.take() {
             completion
                 .metrics
-                .observe_total(&completion.pod, completion.sent_at.elapsed());
+                .observe_total(completion.sent_at.elapsed());
         }
     }
 
     fn pod(&self) -> String {
         self.completion
             .as_ref()
-            .map(|c| c.pod.clone())
+            .map(|c| c.metrics.pod().to_owned())
             .unwrap_or_default()
     }
 
@@ -269,7 +270,7 @@ impl<B> GuardedBody<B> {
             ticket.first_byte();
         }
         if let Some(c) = &self.completion {
-            c.metrics.observe_ttft(&c.pod, c.sent_at.elapsed());
+            c.metrics.observe_ttft(c.sent_at.elapsed());
         }
     }
 

@@ -3,6 +3,8 @@ use futures_util::stream;
 use http_body_util::{BodyExt, StreamBody};
 use router_core::PodLoad;
 
+use crate::metrics::Metrics;
+
 type Chunks = StreamBody<stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, String>>>>;
 
 fn upstream(chunks: Vec<Result<&'static str, &'static str>>) -> Chunks {
@@ -18,8 +20,7 @@ fn upstream(chunks: Vec<Result<&'static str, &'static str>>) -> Chunks {
 
 fn completion() -> Completion {
     Completion {
-        metrics: Metrics::new().unwrap(),
-        pod: "a".into(),
+        metrics: Arc::new(Metrics::new().unwrap().pod("a")),
         sent_at: Instant::now(),
         clock: Clock::new(),
     }

@@ -6,22 +6,29 @@
 //! router-core's `Decision`. prefixgate's own `prefixgate_*` metrics cover requests, per-pod
 //! outstanding counts, upstream latency, retries and ejections. Per-pod gauges are refreshed
 //! from the live load view when `/metrics` is scraped, so the request path never touches them.
+//! The series a request moves are looked up once per replica and kept with it ([`pod`]:
+//! [`PodMetrics`]), so the request path does no label lookup once a replica's series exist.
 //!
-//! [`Metrics`] is one `Arc` around its metric families: every response body holds a clone
-//! until it ends, so a clone must cost one reference count, not one per family.
+//! [`Metrics`] is one `Arc` around its metric families, and each replica's [`PodMetrics`]
+//! holds a clone: a response body holds its replica's until it ends, so a clone must cost one
+//! reference count, not one per family.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
-    CounterVec, Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    CounterVec, Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use router_core::Decision;
-use router_core::load::{CacheTrust, Verdict};
+use router_core::load::CacheTrust;
 
 use crate::kv_sync::metrics::KvSyncMetrics;
+
+mod pod;
+
+pub use pod::PodMetrics;
 
 /// Every metric the gateway exports (cheap to clone: one shared `Arc`).
 #[derive(Debug, Clone)]
@@ -319,40 +326,6 @@ impl Metrics {
         })
     }
 
-    /// Records a routing decision. Decisions of prefix-aware policies (`prefix-cache` and
-    /// `prefix-load`) that consulted the index (`selection` set) move the AIBrix counters;
-    /// that excludes `random`, `least-request` and the single-pod short-circuit.
-    ///
-    /// `prefix-load` moves them too so that its phases can be read with the same dashboards
-    /// (it adds the `cost_model` selection label); an A/B comparison reads the counters'
-    /// deltas per phase, one strategy at a time, as the load generator does.
-    pub fn record_decision(&self, model: &str, decision: &Decision, latency: Duration) {
-        if !decision.strategy.uses_prefix_index() {
-            return;
-        }
-        let (Some(selection), Some(bucket)) = (decision.selection, decision.bucket()) else {
-            return;
-        };
-        if decision.imbalance {
-            self.families
-                .load_imbalance
-                .with_label_values(&[model, self.families.using_kv_sync])
-                .inc();
-        }
-        self.families
-            .decisions
-            .with_label_values(&[model, bucket.as_str(), self.families.using_kv_sync])
-            .inc();
-        self.families
-            .selections
-            .with_label_values(&[model, selection.as_str(), self.families.using_kv_sync])
-            .inc();
-        self.families
-            .routing_latency
-            .with_label_values(&[model, self.families.using_kv_sync])
-            .observe(latency.as_secs_f64());
-    }
-
     /// The registry, for parts that register their own families (cluster sharing).
     pub fn registry(&self) -> &Registry {
         &self.families.registry
@@ -385,39 +358,10 @@ impl Metrics {
             .observe(latency.as_secs_f64());
     }
 
-    /// Counts one answered request (`pod` empty when none was chosen).
+    /// Counts one answered request (`pod` empty when none was chosen); a request a replica
+    /// answered is counted through its [`PodMetrics`].
     pub fn record_request(&self, model: &str, pod: &str, code: u16) {
-        // Every status a response can carry is a valid `StatusCode`, whose text is static:
-        // no string is built per request.
-        match http::StatusCode::from_u16(code) {
-            Ok(status) => self
-                .families
-                .requests
-                .with_label_values(&[model, pod, status.as_str()]),
-            Err(_) => self
-                .families
-                .requests
-                .with_label_values(&[model, pod, &code.to_string()]),
-        }
-        .inc();
-    }
-
-    pub fn observe_ttft(&self, pod: &str, elapsed: Duration) {
-        self.families
-            .upstream_ttft
-            .with_label_values(&[pod])
-            .observe(elapsed.as_secs_f64());
-    }
-
-    pub fn observe_total(&self, pod: &str, elapsed: Duration) {
-        self.families
-            .upstream_total
-            .with_label_values(&[pod])
-            .observe(elapsed.as_secs_f64());
-    }
-
-    pub fn record_retry(&self, pod: &str) {
-        self.families.retries.with_label_values(&[pod]).inc();
+        self.families.requests_series(model, pod, code).inc();
     }
 
     pub fn record_ejection(&self, pod: &str) {
@@ -431,15 +375,6 @@ impl Metrics {
         self.families
             .admission_rejections
             .with_label_values(&[reason])
-            .inc();
-    }
-
-    /// Counts what one response's `cached_tokens` said about the prefix index's view of
-    /// `pod` (router-core's `load::evidence`).
-    pub fn record_cache_report(&self, pod: &str, verdict: Verdict) {
-        self.families
-            .cache_reports
-            .with_label_values(&[pod, verdict.as_str()])
             .inc();
     }
 
@@ -505,6 +440,39 @@ impl Metrics {
     }
 }
 
+impl Families {
+    /// The `prefixgate_requests_total` series of `model`, `pod` and `code`.
+    fn requests_series(&self, model: &str, pod: &str, code: u16) -> IntCounter {
+        // Every status a response can carry is a valid `StatusCode`, whose text is static:
+        // no string is built.
+        match http::StatusCode::from_u16(code) {
+            Ok(status) => self
+                .requests
+                .with_label_values(&[model, pod, status.as_str()]),
+            Err(_) => self
+                .requests
+                .with_label_values(&[model, pod, &code.to_string()]),
+        }
+    }
+}
+
+/// The `selection` and `match_percent_bucket` labels of a decision that moves the AIBrix
+/// counters: those of prefix-aware policies (`prefix-cache` and `prefix-load`) that consulted
+/// the index (`selection` set), which excludes `random`, `least-request` and the single-pod
+/// short-circuit; `None` for the others.
+///
+/// `prefix-load` moves them too so that its phases can be read with the same dashboards (it
+/// adds the `cost_model` selection label); an A/B comparison reads the counters' deltas per
+/// phase, one strategy at a time, as the load generator does.
+fn aibrix_labels(decision: &Decision) -> Option<(&'static str, &'static str)> {
+    if !decision.strategy.uses_prefix_index() {
+        return None;
+    }
+    let (Some(selection), Some(bucket)) = (decision.selection, decision.bucket()) else {
+        return None;
+    };
+    Some((selection.as_str(), bucket.as_str()))
+}
+
 #[cfg(test)]
-#[path = "metrics_tests.rs"]
 mod tests;
