@@ -114,6 +114,8 @@ pub struct HeadGuard<I> {
     judged: BytesMut,
     /// The start of a head not yet complete, held back from hyper.
     held: BytesMut,
+    /// How much of `held` was parsed and found incomplete (0: nothing yet).
+    parsed: usize,
     /// Heads given to hyper.
     heads: u64,
     /// Set once the guard has shut its side after a refusal; it then lingers until this.
@@ -134,6 +136,7 @@ impl<I> HeadGuard<I> {
             stage: if judge { Stage::Start } else { Stage::Unjudged },
             judged: BytesMut::new(),
             held: BytesMut::new(),
+            parsed: 0,
             heads: 0,
             linger_until: None,
             dropped_bytes: 0,
@@ -221,6 +224,16 @@ impl<I> HeadGuard<I> {
     /// Moves what [`Self::follow`] judged from the front of `bytes` to the judged queue,
     /// keeps an incomplete head held, and queues the stand-in after a refusal.
     fn sort(&mut self, mut bytes: BytesMut) {
+        // As hyper does: a held head is parsed again only when the new bytes may end it, so a
+        // client sending its head a byte at a time costs a scan of each byte, not a parse.
+        if matches!(self.stage, Stage::Head)
+            && self.parsed > 0
+            && bytes.len() <= head_limits::MAX_HEAD_LEN
+            && !may_end_head(&bytes, self.parsed)
+        {
+            self.held = bytes;
+            return;
+        }
         let judged = self.follow(&bytes);
         self.judged.extend_from_slice(&bytes.split_to(judged));
         if let Stage::Refused = self.stage {
@@ -229,7 +242,15 @@ impl<I> HeadGuard<I> {
         } else {
             self.held = bytes;
         }
+        self.parsed = self.held.len();
     }
+}
+
+/// Whether the bytes after the first `parsed` (with the three before them) hold a blank
+/// line, which a head ends with (hyper's `is_complete_fast`).
+fn may_end_head(bytes: &[u8], parsed: usize) -> bool {
+    let tail = &bytes[parsed.saturating_sub(3)..];
+    tail.windows(2).any(|pair| pair == b"\n\n") || tail.windows(3).any(|trio| trio == b"\n\r\n")
 }
 
 impl<I: AsyncRead + Unpin> HeadGuard<I> {
@@ -289,6 +310,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for HeadGuard<I> {
                     if !matches!(this.stage, Stage::Refused) {
                         this.held
                             .extend_from_slice(&buf.filled()[before + judged..]);
+                        this.parsed = this.held.len();
                     } else {
                         this.judged.extend_from_slice(STAND_IN);
                     }

@@ -83,3 +83,19 @@ async fn a_head_cut_by_the_end_of_input_is_held_back() {
     assert!(out.is_empty(), "{out:?}");
     assert_eq!(verdicts.refusal(1), None);
 }
+
+#[test]
+fn a_held_head_is_parsed_again_only_when_new_bytes_may_end_it() {
+    let head = b"GET / HTTP/1.1\r\nhost: g\r\n";
+    assert!(!may_end_head(head, 5));
+    assert!(may_end_head(
+        b"GET / HTTP/1.1\r\nhost: g\r\n\r\n",
+        head.len()
+    ));
+    // The blank line's first bytes were in the parsed part.
+    assert!(may_end_head(
+        b"GET / HTTP/1.1\r\nhost: g\r\n\r\n",
+        head.len() + 1
+    ));
+    assert!(may_end_head(b"GET / HTTP/1.1\nhost: g\n\n", 20));
+}
