@@ -21,6 +21,7 @@
 //! names the field.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
@@ -51,6 +52,11 @@ pub struct RoutingFields {
     /// A token-id prompt's ids (its first prompt's, for a batch) as 4-byte big-endian bytes
     /// ([`crate::kv_sync::token_bytes`]), for [`crate::RouteRequest::tokens`].
     pub tokens: Option<Vec<u8>>,
+    /// Where the prompt lies in the body, as sent: the bytes of the `messages` array (chat)
+    /// or of the `prompt` value (completions, any form); `None` for embeddings. The gateway
+    /// passes them verbatim to the engine's `/tokenize` (KV-event sync) without parsing
+    /// the body again.
+    pub prompt_span: Option<Range<usize>>,
 }
 
 /// Why a body cannot be routed. Every variant is a client error (HTTP 400).
@@ -137,6 +143,11 @@ pub fn routing_fields_with(
     let model = model(top.model)?;
     let stream = stream(top.stream)?;
     let mut joined = Joined::new(text);
+    let prompt_raw = match endpoint {
+        Endpoint::ChatCompletions => top.messages,
+        Endpoint::Completions => top.prompt,
+        Endpoint::Embeddings => None,
+    };
     let tokens = match endpoint {
         Endpoint::ChatCompletions => {
             chat_text(top.messages, &mut joined)?;
@@ -160,7 +171,17 @@ pub fn routing_fields_with(
         text_len: joined.len,
         tokens,
         max_tokens,
+        prompt_span: prompt_raw.and_then(|raw| span_in(body, raw)),
     })
+}
+
+/// Where `raw`, a value borrowed from `body` by the parse, lies in it (`None` cannot happen
+/// for a borrowed value, and is only the safe answer if it ever did).
+fn span_in(body: &[u8], raw: &RawValue) -> Option<Range<usize>> {
+    let part = raw.get().as_bytes();
+    let start = (part.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+    let end = start.checked_add(part.len())?;
+    (body.get(start..end)? == part).then_some(start..end)
 }
 
 /// The message text as it is joined: built, or only measured.
@@ -566,6 +587,26 @@ mod tests {
             routing_fields_with(Endpoint::ChatCompletions, bad.as_bytes(), Text::LengthOnly),
             chat(bad)
         );
+    }
+
+    #[test]
+    fn the_prompt_span_is_the_raw_messages_or_prompt_as_sent() {
+        let span = |endpoint, body: &'static str| {
+            let fields = routing_fields(endpoint, body.as_bytes()).unwrap();
+            fields.prompt_span.map(|span| &body[span])
+        };
+        let chat =
+            r#"{"model":"m", "messages" : [ {"role":"user","content":"a\u0041"} ] ,"stream":true}"#;
+        assert_eq!(
+            span(Endpoint::ChatCompletions, chat),
+            Some(r#"[ {"role":"user","content":"a\u0041"} ]"#)
+        );
+        let batch = r#"{"prompt":["x", "y"],"model":"m"}"#;
+        assert_eq!(span(Endpoint::Completions, batch), Some(r#"["x", "y"]"#));
+        let ids = r#"{"model":"m","prompt":[1,2]}"#;
+        assert_eq!(span(Endpoint::Completions, ids), Some("[1,2]"));
+        let embedding = r#"{"model":"m","input":"x","prompt":"p"}"#;
+        assert_eq!(span(Endpoint::Embeddings, embedding), None);
     }
 
     #[test]

@@ -9,6 +9,10 @@
 //! first ready replica serving the model (every replica of a model shares its tokenizer).
 //! Any failure (no replica, refused, timeout, not JSON, no `tokens`) is `None`: the caller
 //! routes on the text tokenizer and counts `tokenize_failed`.
+//!
+//! The `messages` or `prompt` value goes to the engine exactly as the client sent it: the
+//! bytes the request's one parse located ([`router_core::text::RoutingFields::prompt_span`]),
+//! so the body is not parsed a second time.
 
 use std::time::Duration;
 
@@ -17,7 +21,6 @@ use http::Request;
 use http_body_util::{BodyExt, Full, Limited};
 use router_core::text::Endpoint;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
 use crate::replicas::Replicas;
 use crate::upstream::UpstreamClient;
@@ -25,36 +28,35 @@ use crate::upstream::UpstreamClient;
 /// Largest `/tokenize` answer read (a 128k-token prompt is about 1 MB of ids).
 const MAX_TOKENIZE_BODY: usize = 8 * 1024 * 1024;
 
-/// The parts of a request body `/tokenize` needs, passed through unparsed.
-#[derive(Deserialize)]
-struct PromptParts<'a> {
-    #[serde(borrow, default)]
-    messages: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    prompt: Option<&'a RawValue>,
-}
-
 #[derive(Deserialize)]
 struct TokenizeAnswer {
     tokens: Vec<u32>,
 }
 
-/// The `/tokenize` body for a chat or completion request body; `None` for anything else.
-pub fn tokenize_body(endpoint: Endpoint, model: &str, body: &[u8]) -> Option<Vec<u8>> {
-    let parts: PromptParts<'_> = serde_json::from_slice(body).ok()?;
-    let model = serde_json::to_string(model).ok()?;
-    let text = match endpoint {
-        Endpoint::ChatCompletions => format!(
-            r#"{{"model":{model},"messages":{},"add_generation_prompt":true,"add_special_tokens":false}}"#,
-            parts.messages?.get()
+/// The `/tokenize` body for a chat or completion request whose `messages` (chat) or
+/// `prompt` (completions) value is `prompt`, raw JSON as sent; `None` for embeddings.
+pub fn tokenize_body(endpoint: Endpoint, model: &str, prompt: &[u8]) -> Option<Vec<u8>> {
+    let (field, tail): (&[u8], &[u8]) = match endpoint {
+        Endpoint::ChatCompletions => (
+            b"messages",
+            br#","add_generation_prompt":true,"add_special_tokens":false}"#,
         ),
-        Endpoint::Completions => format!(
-            r#"{{"model":{model},"prompt":{},"add_special_tokens":true}}"#,
-            parts.prompt?.get()
-        ),
+        Endpoint::Completions => (b"prompt", br#","add_special_tokens":true}"#),
         Endpoint::Embeddings => return None,
     };
-    Some(text.into_bytes())
+    let model = serde_json::to_vec(model).ok()?;
+    Some(
+        [
+            br#"{"model":"#,
+            &model[..],
+            b",\"",
+            field,
+            b"\":",
+            prompt,
+            tail,
+        ]
+        .concat(),
+    )
 }
 
 /// The prompt's ids as the router's byte stream, or `None` on any failure.
@@ -63,10 +65,10 @@ pub async fn engine_tokens(
     client: &UpstreamClient,
     endpoint: Endpoint,
     model: &str,
-    body: &[u8],
+    prompt: &[u8],
     timeout: Duration,
 ) -> Option<Vec<u8>> {
-    let request_body = tokenize_body(endpoint, model, body)?;
+    let request_body = tokenize_body(endpoint, model, prompt)?;
     let replica = replicas
         .snapshot()
         .iter()
@@ -96,29 +98,61 @@ pub async fn engine_tokens(
 mod tests {
     use super::*;
 
+    /// The `/tokenize` body of a request body, through its one parse.
+    fn body_for(endpoint: Endpoint, model: &str, request: &str) -> Option<serde_json::Value> {
+        let fields = router_core::text::routing_fields(endpoint, request.as_bytes()).ok()?;
+        let prompt = &request.as_bytes()[fields.prompt_span?];
+        let body = tokenize_body(endpoint, model, prompt)?;
+        Some(serde_json::from_slice(&body).expect("a JSON body"))
+    }
+
     #[test]
     fn bodies_follow_aibrix_defaults() {
-        let chat = tokenize_body(
+        let chat = body_for(
             Endpoint::ChatCompletions,
             "m",
-            br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#,
-        )
-        .unwrap();
-        let chat: serde_json::Value = serde_json::from_slice(&chat).unwrap();
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#,
+        );
         assert_eq!(
-            chat,
+            chat.unwrap(),
             serde_json::json!({"model":"m","messages":[{"role":"user","content":"hi"}],
                 "add_generation_prompt":true,"add_special_tokens":false})
         );
-        let completion =
-            tokenize_body(Endpoint::Completions, "m\"x", br#"{"prompt":"a b"}"#).unwrap();
-        let completion: serde_json::Value = serde_json::from_slice(&completion).unwrap();
+        let completion = body_for(
+            Endpoint::Completions,
+            "m\"x",
+            r#"{"model":"m\"x","prompt":"a b"}"#,
+        );
         assert_eq!(
-            completion,
+            completion.unwrap(),
             serde_json::json!({"model":"m\"x","prompt":"a b","add_special_tokens":true})
         );
-        assert!(tokenize_body(Endpoint::Embeddings, "m", br#"{"input":"x"}"#).is_none());
-        assert!(tokenize_body(Endpoint::Completions, "m", br#"{"messages":[]}"#).is_none());
-        assert!(tokenize_body(Endpoint::Completions, "m", b"not json").is_none());
+        let batch = body_for(
+            Endpoint::Completions,
+            "m",
+            r#"{"model":"m","prompt":["a","b"]}"#,
+        );
+        assert_eq!(
+            batch.unwrap(),
+            serde_json::json!({"model":"m","prompt":["a","b"],"add_special_tokens":true})
+        );
+        assert!(tokenize_body(Endpoint::Embeddings, "m", b"\"x\"").is_none());
+    }
+
+    #[test]
+    fn the_prompt_goes_to_the_engine_byte_for_byte() {
+        // Escapes and spacing as the client wrote them: the engine's template sees the same
+        // JSON, not a re-serialisation.
+        let messages = r#"[ {"role":"user","content":"a\u0041\n"} ]"#;
+        let request = format!(r#"{{"model":"m","messages":{messages}}}"#);
+        let fields =
+            router_core::text::routing_fields(Endpoint::ChatCompletions, request.as_bytes())
+                .unwrap();
+        let prompt = &request.as_bytes()[fields.prompt_span.unwrap()];
+        let body = tokenize_body(Endpoint::ChatCompletions, "m", prompt).unwrap();
+        let expected = format!(
+            r#"{{"model":"m","messages":{messages},"add_generation_prompt":true,"add_special_tokens":false}}"#
+        );
+        assert_eq!(String::from_utf8(body).unwrap(), expected);
     }
 }

@@ -131,15 +131,22 @@ async fn engine_tokens_for(
     if fields.tokens.is_some() || !strategy.uses_prefix_index() {
         return None;
     }
-    let tokens = engine_tokens::engine_tokens(
-        &state.replicas,
-        &state.client,
-        endpoint,
-        &fields.model,
-        bytes,
-        timeout,
-    )
-    .await;
+    // The prompt as the one parse found it in the body: not parsed again.
+    let prompt = fields.prompt_span.clone().and_then(|span| bytes.get(span));
+    let tokens = match prompt {
+        Some(prompt) => {
+            engine_tokens::engine_tokens(
+                &state.replicas,
+                &state.client,
+                endpoint,
+                &fields.model,
+                prompt,
+                timeout,
+            )
+            .await
+        }
+        None => None,
+    };
     if tokens.is_none() {
         // Routed on the text tokenizer instead: its hashes will not meet the engine-fed
         // ones, so the decision may miss a cached prefix.
