@@ -5,6 +5,10 @@
 //! A decision here is everything [`Router::route`] does: tokenize (`character`), hash the
 //! 160 full blocks, read the loads, the imbalance gate, match, σ filter, count the request
 //! against the chosen pod, and re-add the 160 blocks; dropping the guard is included too.
+//!
+//! `prefix-load-overload-20KB` is `prefix-load` where its overload rule (`ttft_slo_seconds`)
+//! runs in full: every pod has learned its prefill rate and is busy and late, so each
+//! decision also reads every pod's rate and pending prefill and narrows the candidates.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -12,7 +16,8 @@ use std::sync::Arc;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use router_core::{Candidate, PodLoad, RouteRequest, Router, RouterConfig, Strategy};
+use router_core::load::{Completed, RequestWork};
+use router_core::{Candidate, InFlight, PodLoad, RouteRequest, Router, RouterConfig, Strategy};
 
 const PROMPT_BYTES: usize = 20 * 1024;
 const INDEX_BLOCKS: usize = 200_000;
@@ -52,6 +57,42 @@ fn full_router(text: &str, owner: &str, pods: &[String]) -> Router {
     router
 }
 
+/// `n` pods that learned a prefill rate of 10 ms a block and each have 1 000 blocks (10 s)
+/// pending: past the default 2 s SLO, so `prefix-load`'s overload rule runs in full. The
+/// requests in flight hold that work for as long as they are kept.
+fn late_loads(n: usize) -> (Vec<Arc<PodLoad>>, Vec<InFlight>) {
+    let loads: Vec<Arc<PodLoad>> = (0..n).map(|_| PodLoad::new()).collect();
+    let pending = loads
+        .iter()
+        .map(|load| {
+            load.observe(&Completed {
+                blocks: 100,
+                prefill_blocks: 100,
+                ttft: 1_000,
+                decode: 0,
+                usage: None,
+                behind_copy: false,
+            });
+            load.acquire_work(RequestWork {
+                blocks: 1_000,
+                prefill_blocks: 1_000,
+                shared_prefix: None,
+                copies_prefix: false,
+            })
+        })
+        .collect();
+    (loads, pending)
+}
+
+/// The pods `names`, each with its load from `loads`.
+fn candidates_on<'a>(names: &'a [String], loads: &'a [Arc<PodLoad>]) -> Vec<Candidate<'a>> {
+    names
+        .iter()
+        .zip(loads)
+        .map(|(name, load)| Candidate { name, load })
+        .collect()
+}
+
 fn decision(c: &mut Criterion) {
     let text = prompt();
     let names: Vec<String> = (0..8).map(|i| format!("pod-{i}")).collect();
@@ -62,26 +103,29 @@ fn decision(c: &mut Criterion) {
         router.index().heap_bytes() / blocks.max(1)
     );
     let loads: Vec<Arc<PodLoad>> = (0..8).map(|i| PodLoad::with_outstanding(i % 3)).collect();
+    let (late, _pending) = late_loads(8);
     let mut group = c.benchmark_group("decision");
     for pods in [2usize, 8] {
-        let candidates: Vec<Candidate<'_>> = names[..pods]
-            .iter()
-            .zip(&loads)
-            .map(|(name, load)| Candidate { name, load })
-            .collect();
+        let candidates = candidates_on(&names[..pods], &loads);
+        let late_candidates = candidates_on(&names[..pods], &late);
         let mut rng = StdRng::seed_from_u64(5);
         let request = RouteRequest {
             model: MODEL,
             text: &text,
             tokens: None,
         };
-        for (strategy, label) in [
-            (Strategy::PrefixCache, "prefix-cache-20KB"),
-            (Strategy::PrefixLoad, "prefix-load-20KB"),
+        for (strategy, label, candidates) in [
+            (Strategy::PrefixCache, "prefix-cache-20KB", &candidates),
+            (Strategy::PrefixLoad, "prefix-load-20KB", &candidates),
+            (
+                Strategy::PrefixLoad,
+                "prefix-load-overload-20KB",
+                &late_candidates,
+            ),
         ] {
             group.bench_with_input(
                 BenchmarkId::new(label, format!("{pods}-pods")),
-                &candidates,
+                candidates,
                 |b, candidates| {
                     b.iter(|| {
                         let routed = router

@@ -81,6 +81,10 @@ pub const ENV_ALIASES: &[(&str, &str)] = &[
         "PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT",
         "routing.prefix_load.learn_weight",
     ),
+    (
+        "PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS",
+        "routing.prefix_load.ttft_slo_seconds",
+    ),
 ];
 
 /// Where a setting's value came from.

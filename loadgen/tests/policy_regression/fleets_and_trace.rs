@@ -1,5 +1,8 @@
 //! What `prefix-load` wins today beyond the seed matrix (issue 15), guarded on the virtual
-//! clock: a fleet with a slow replica and the opening minute of the synthetic Mooncake trace.
+//! clock: a fleet with a slow replica, the overload case with 3k-token prompts, and the
+//! opening minute of the synthetic Mooncake trace at 8 replicas and at 4 (overloaded).
+//! The overload case and the trace at 4 replicas run with `prefix-load`'s overload rule on
+//! (`ttft_slo_seconds = 2`, off by default), the others at the default settings.
 //! Each test asserts `prefix-load`'s good requests are at least the best other route's
 //! (`random`, `least-request`, `prefix-cache`); at 1.0 rps on the unequal fleet, where every
 //! cell holds today, also that no (round, scenario) is more than [`CELL_SLACK`] below the
@@ -7,12 +10,12 @@
 //! lists the figures and shows each test failing when `prefix-load` routes like `random`.
 //!
 //! Reduced so a debug `cargo test --workspace` runs them in about a minute each on two cores:
-//! one unequal fleet (of the issue's four) at both rates, and 60 s of the trace (208
-//! requests, `loadgen/testdata/mooncake-synthetic-60s.jsonl`) at 8 replicas.
+//! one unequal fleet (of the issue's four) at both rates, one overload case (of three), and
+//! 60 s of the trace (208 requests, `loadgen/testdata/mooncake-synthetic-60s.jsonl`).
 
 use loadgen::run::sim::replay::simulate_replay;
 use loadgen::workload::{Trace, TraceSlice};
-use router_core::Strategy;
+use router_core::{RouterConfig, Strategy};
 
 use super::*;
 
@@ -20,6 +23,8 @@ use super::*;
 const MATRIX_24X3: &str = include_str!("../../../config/matrix-24x3.toml");
 /// The L20 with its fixed step cost × 1.5 and its prefill × 2 (an older GPU, a smaller TP).
 const SLOW_L20: &str = include_str!("../../../config/engines/l20-qwen27b-fp8-slow.toml");
+/// Issue 15's overload case with little shared: 3k-token prompts, 20 % shared, 1.6 rps.
+const OVERLOAD_3K: &str = include_str!("../../../config/workloads/overload-3k.toml");
 /// The first 60 s of `shared/traces/mooncake-synthetic.jsonl` (Mooncake's FAST'25 synthetic
 /// trace, Apache-2.0), copied verbatim.
 const TRACE_60S: &str = include_str!("../../testdata/mooncake-synthetic-60s.jsonl");
@@ -103,21 +108,49 @@ fn prefix_load_leads_every_route_with_a_slow_replica_at_one_rps() {
 
 #[test]
 fn prefix_load_leads_every_routes_total_with_a_slow_replica_at_the_seed_rate() {
-    // Today: 833 against least-request's 560. The cold and warm cells fall short (up to 31
+    // Today: 860 against least-request's 560. The cold and warm cells fall short (up to 31
     // below prefix-cache, docs/POLICY.md, "Where it loses"), so only the total is held.
     let goods = unequal_pair(1.6);
     assert_total_leads("L20 + slow L20, 1.6 rps", &totals(&goods), &table(&goods));
 }
 
+/// The default routing settings with `prefix-load`'s overload rule on at the seed's 2 s TTFT
+/// SLO (`ttft_slo_seconds`, off by default).
+fn overload_rule() -> RouterConfig {
+    let mut router = RouterConfig::default();
+    router.prefix_load.ttft_slo_seconds = 2.0;
+    router
+}
+
 #[test]
-fn prefix_load_leads_every_route_on_the_traces_first_minute_at_8_replicas() {
-    // Today: 124 of 208 against prefix-cache's 105 (h200-qwen27b-fp8, the replay's default).
+fn prefix_load_leads_every_route_in_overload_with_3k_token_prompts() {
+    // With the overload rule: 346 of 1 152 against prefix-cache's 250; 192 (least-request's
+    // figure) without it (the default), which spreads the misses over both replicas.
+    let routes: Vec<String> = ROUTES.iter().map(|r| (*r).to_owned()).collect();
+    let matrix = Matrix::from_toml_str(OVERLOAD_3K, "overload-3k")
+        .and_then(|m| m.with_routes(&routes))
+        .expect("the overload matrix is valid");
+    let mut options = SimOptions::seed_like(l20());
+    options.router = overload_rule();
+    let phases = simulate_matrix(&matrix, &options, &mut |_, _| {})
+        .map_err(|partial| partial.error)
+        .expect("simulation completes")
+        .phases;
+    assert_eq!(phases.len(), 48);
+    let goods = goods(&phases);
+    assert_total_leads("3k-token prompts, 1.6 rps", &totals(&goods), &table(&goods));
+}
+
+/// Good requests per route on the trace's first 60 s at `replicas` H200s (the replay's
+/// default profile), routed with `router`.
+fn trace_first_minute(replicas: usize, router: RouterConfig) -> BTreeMap<String, usize> {
     let trace = Trace::parse(TRACE_60S, "mooncake-synthetic-60s.jsonl").expect("the trace parses");
     let plan = TraceSlice::default().plan(&trace).expect("the slice plans");
     assert_eq!(plan.len(), 208);
     let profile = EngineProfile::builtin("h200-qwen27b-fp8").expect("the H200 profile is built in");
     let mut options = SimOptions::seed_like(profile);
-    options.replicas = 8;
+    options.replicas = replicas;
+    options.router = router;
     let routes: Vec<Strategy> = ROUTES
         .iter()
         .map(|r| r.parse().expect("a known route"))
@@ -125,6 +158,19 @@ fn prefix_load_leads_every_route_on_the_traces_first_minute_at_8_replicas() {
     let runs = simulate_replay(&plan, &routes, &options, false, &mut |_| {})
         .map_err(|(_, e)| e)
         .expect("the replay completes");
-    let good: BTreeMap<String, usize> = runs.iter().map(|r| (r.route.clone(), r.good)).collect();
+    runs.iter().map(|r| (r.route.clone(), r.good)).collect()
+}
+
+#[test]
+fn prefix_load_leads_every_route_on_the_traces_first_minute_at_8_replicas() {
+    // Today: 124 of 208 against prefix-cache's 105.
+    let good = trace_first_minute(8, RouterConfig::default());
     assert_total_leads("trace, first 60 s, 8 replicas", &good, "");
+}
+
+#[test]
+fn prefix_load_leads_every_route_on_the_traces_first_minute_at_4_replicas() {
+    // Overloaded: 71 of 208 against prefix-cache's 5 with the overload rule; 0 without.
+    let good = trace_first_minute(4, overload_rule());
+    assert_total_leads("trace, first 60 s, 4 replicas", &good, "");
 }

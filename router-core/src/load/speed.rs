@@ -6,7 +6,10 @@
 //! - **prefill**: milliseconds to first byte per block the request had to prefill there
 //!   (its uncached blocks: the engine's `cached_tokens` when the response reported them,
 //!   else the router's prediction), from requests with at least [`MIN_PREFILL_BLOCKS`] to
-//!   prefill, so that fixed per-request overhead does not dominate;
+//!   prefill, so that fixed per-request overhead does not dominate (a cache hit's ~20
+//!   blocks take about one engine step, which read as ~13 ms per block on the simulated L20,
+//!   several times a cold prompt's, and priced every copy past the TTFT SLO:
+//!   docs/POLICY-EVALUATION.md, "A TTFT-SLO rule at each replica's own rate");
 //! - **decode**: milliseconds per output token after the first (inter-token time), from
 //!   requests with at least two.
 //!
@@ -23,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::Millis;
 
 /// Requests that had fewer blocks than this to prefill do not teach the prefill estimate.
-pub const MIN_PREFILL_BLOCKS: u64 = 8;
+pub const MIN_PREFILL_BLOCKS: u64 = 64;
 
 /// Step towards an observation below the estimate.
 const DOWN: f64 = 0.5;
@@ -168,6 +171,21 @@ mod tests {
         speed.observe(&done(100, 1000, 990, 100));
         assert_eq!(speed.prefill_ms_per_block(), Some(10.0));
         assert_eq!(speed.decode_ms_per_token(), Some(10.0));
+    }
+
+    #[test]
+    fn a_cache_hit_does_not_teach_the_prefill_rate() {
+        // A hit that prefilled 20 blocks answered after one 260 ms step: 13 ms per block,
+        // which is the step's fixed cost, not the replica's prefill rate.
+        let speed = ReplicaSpeed::default();
+        speed.observe(&done(20, 260, 0, 1));
+        speed.observe(&done(MIN_PREFILL_BLOCKS - 1, 400, 0, 1));
+        assert_eq!(speed.prefill_ms_per_block(), None);
+        speed.observe(&done(MIN_PREFILL_BLOCKS, 384, 0, 1));
+        assert_eq!(speed.prefill_ms_per_block(), Some(6.0));
+        // Nor does it pull a learned rate towards its overhead.
+        speed.observe(&done(20, 260, 0, 1));
+        assert_eq!(speed.prefill_ms_per_block(), Some(6.0));
     }
 
     #[test]

@@ -58,6 +58,16 @@ pub struct PrefixLoadConfig {
     /// accordingly (docs/ROUTING.md, "Learning from responses"). `prefix-cache` never reads
     /// it. Not applied with KV-event sync, whose index already sees the engines' caches.
     pub learn_weight: f64,
+    /// `PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS`: the time-to-first-token target of the
+    /// overload rule; 0 (the default) leaves the rule off. When every pod is expected to give
+    /// a request its first token later than this (each pod's prefill rate, learned from its
+    /// answers, times the prefill pending there and the request's own), the request goes to
+    /// the most backed-up of the pods where it adds the least prefill, so the other pods keep
+    /// answering within it instead of all missing it together. While some pod is expected in
+    /// time, the cost model chooses as without it. Off by default: it wins sustained overload
+    /// phases but loses the whole Mooncake trace on 8 replicas, where the pods given up
+    /// stay backed up for minutes (docs/POLICY-EVALUATION.md, "The overload rule").
+    pub ttft_slo_seconds: f64,
 }
 
 impl Default for PrefixLoadConfig {
@@ -71,12 +81,13 @@ impl Default for PrefixLoadConfig {
             family_window_seconds: 60.0,
             copy_weight: 0.0,
             learn_weight: 1.0,
+            ttft_slo_seconds: 0.0,
         }
     }
 }
 
 /// The environment variables [`PrefixLoadConfig::apply_env`] reads, in `--help` order.
-pub const PREFIX_LOAD_ENV_NAMES: [&str; 8] = [
+pub const PREFIX_LOAD_ENV_NAMES: [&str; 9] = [
     "PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT",
@@ -85,6 +96,7 @@ pub const PREFIX_LOAD_ENV_NAMES: [&str; 8] = [
     "PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS",
     "PREFIXGATE_PREFIX_LOAD_COPY_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT",
+    "PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS",
 ];
 
 /// Largest accepted weight: beyond it one term swamps the others entirely, which a user
@@ -98,7 +110,17 @@ impl PrefixLoadConfig {
         &mut self,
         lookup: &impl Fn(&str) -> Option<String>,
     ) -> Result<(), ConfigError> {
-        let [prefill, pending, waiting, idle, family, window, copy, learn] = PREFIX_LOAD_ENV_NAMES;
+        let [
+            prefill,
+            pending,
+            waiting,
+            idle,
+            family,
+            window,
+            copy,
+            learn,
+            slo,
+        ] = PREFIX_LOAD_ENV_NAMES;
         for (name, field) in [
             (prefill, &mut self.prefill_weight),
             (pending, &mut self.pending_weight),
@@ -107,6 +129,7 @@ impl PrefixLoadConfig {
             (family, &mut self.family_weight),
             (window, &mut self.family_window_seconds),
             (copy, &mut self.copy_weight),
+            (slo, &mut self.ttft_slo_seconds),
         ] {
             if let Some(value) = lookup(name) {
                 *field = weight(name, &value, value.trim().parse().ok())?;
@@ -124,6 +147,11 @@ impl PrefixLoadConfig {
         (self.family_window_seconds * 1000.0).round() as crate::Millis
     }
 
+    /// The overload rule's TTFT SLO in milliseconds; `None` when the rule is off (0).
+    pub fn ttft_slo_millis(&self) -> Option<f64> {
+        (self.ttft_slo_seconds > 0.0).then_some(self.ttft_slo_seconds * 1000.0)
+    }
+
     /// Checks weights read from a file (finite, 0 to 10⁶).
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (key, value) in [
@@ -137,6 +165,7 @@ impl PrefixLoadConfig {
                 self.family_window_seconds,
             ),
             ("prefix_load.copy_weight", self.copy_weight),
+            ("prefix_load.ttft_slo_seconds", self.ttft_slo_seconds),
         ] {
             weight(key, &value.to_string(), Some(value))?;
         }
@@ -200,6 +229,7 @@ mod tests {
             ("PREFIXGATE_PREFIX_LOAD_FAMILY_WINDOW_SECONDS", "2.5"),
             ("PREFIXGATE_PREFIX_LOAD_COPY_WEIGHT", "1"),
             ("PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT", "0.5"),
+            ("PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS", "1.5"),
         ])
         .unwrap();
         assert_eq!(
@@ -213,9 +243,13 @@ mod tests {
                 family_window_seconds: 2.5,
                 copy_weight: 1.0,
                 learn_weight: 0.5,
+                ttft_slo_seconds: 1.5,
             }
         );
         assert_eq!(config.family_window_millis(), 2500);
+        assert_eq!(config.ttft_slo_millis(), Some(1500.0));
+        let off = with_env(&[("PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS", "0")]).unwrap();
+        assert_eq!(off.ttft_slo_millis(), None);
         assert_eq!(with_env(&[]).unwrap(), PrefixLoadConfig::default());
         PrefixLoadConfig::default().validate().unwrap();
     }

@@ -56,6 +56,12 @@
 //!   So while a pod is copying the request's prefix ([`PrefixCounts::copying`]), the
 //!   request's whole prompt counts as uncached there.
 //!
+//! **Overload** (`ttft_slo_seconds`, [`slo`]): when every busy pod is expected to give the
+//! request its first token after the TTFT SLO (its learned prefill rate × the prefill pending
+//! there and the request's own), the request goes to the most backed-up of the pods where it
+//! adds the least prefill, and the others keep answering within the SLO; the cost model
+//! breaks ties among them. While some pod is expected in time, or idle, the rule does nothing.
+//!
 //! The prefix of a request is named by the hash of the deepest block it shares with its best
 //! holder; [`PodLoad`] counts each pod's outstanding requests and copies per prefix.
 //!
@@ -88,6 +94,7 @@ use crate::index::{PodMatch, match_percent};
 use crate::load::{PodLoad, PrefixCounts};
 
 pub mod config;
+pub mod slo;
 
 pub use config::PrefixLoadConfig;
 
@@ -128,7 +135,10 @@ impl Policy for PrefixLoad {
         let shared_prefix = held
             .checked_sub(1)
             .and_then(|last| input.hashes.get(last as usize).copied());
-        let costs = self.costs(input, &percents, best, shared_prefix);
+        let (mut costs, uncached) = self.costs(input, &percents, best, shared_prefix);
+        if let Some(slo) = self.weights.ttft_slo_millis() {
+            slo::keep_overload_candidates(&mut costs, input.pods, &uncached, slo);
+        }
         let pod = cheapest(&costs, input.rng);
         let chosen = percents[pod];
         let selection = if best == 0 {
@@ -150,14 +160,15 @@ impl Policy for PrefixLoad {
 
 impl PrefixLoad {
     /// Each pod's cost for a request whose best match is `best` % (`percents` per pod), and
-    /// whose prefix, if any block of it is held, is named `shared_prefix`.
+    /// whose prefix, if any block of it is held, is named `shared_prefix`; with the blocks
+    /// the request would prefill there.
     fn costs(
         &self,
         input: &PolicyInput<'_>,
         percents: &[u8],
         best: u8,
         shared_prefix: Option<u64>,
-    ) -> PerPod<f64> {
+    ) -> (PerPod<f64>, PerPod<u64>) {
         let weights = &self.weights;
         let blocks = input.hashes.len() as u64;
         // Requests of this prefix outstanding on each pod, and copies of it still prefilling.
@@ -190,7 +201,8 @@ impl PrefixLoad {
         } else {
             PerPod::from_elem(0.0, input.pods.len())
         };
-        input
+        let mut prefills = PerPod::with_capacity(input.pods.len());
+        let costs = input
             .pods
             .iter()
             .zip(percents)
@@ -204,6 +216,7 @@ impl PrefixLoad {
                 } else {
                     learned_uncached(pod.load, blocks, pct, weights.learn_weight)
                 };
+                prefills.push(uncached);
                 let copy = if pct < best {
                     copy_price(weights, uncached, in_flight)
                 } else {
@@ -213,7 +226,8 @@ impl PrefixLoad {
                     + copy
                     + weights.family_weight * blocks as f64 * share
             })
-            .collect()
+            .collect();
+        (costs, prefills)
     }
 }
 
@@ -331,5 +345,7 @@ fn cheapest(costs: &[f64], rng: &mut dyn rand::RngCore) -> usize {
 
 #[cfg(test)]
 mod learn_tests;
+#[cfg(test)]
+mod slo_tests;
 #[cfg(test)]
 mod tests;
