@@ -35,8 +35,11 @@ pub(crate) mod upstream;
 
 pub use admit::Admission;
 pub use config::GatewayConfig;
+/// The connection wrappers under hyper, public for their benchmark (gateway/benches/edge_io.rs).
+pub use edge::half_close::{Exchanges, HalfCloseIo};
 pub use edge::half_close::{
     PROBE as HALF_CLOSE_PROBE, PROBE_INTERVAL as HALF_CLOSE_PROBE_INTERVAL,
 };
+pub use edge::head_guard::{HeadGuard, HeadVerdicts};
 pub use edge::server::{GatewayHandle, StartError, start};
 pub use edge::shutdown::StopSignals;
