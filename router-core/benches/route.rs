@@ -6,9 +6,10 @@
 //! 160 full blocks, read the loads, the imbalance gate, match, σ filter, count the request
 //! against the chosen pod, and re-add the 160 blocks; dropping the guard is included too.
 //!
-//! `prefix-load-overload-20KB` is `prefix-load` where its overload rule (`ttft_slo_seconds`)
-//! runs in full: every pod has learned its prefill rate and is busy and late, so each
-//! decision also reads every pod's rate and pending prefill and narrows the candidates.
+//! `prefix-load-overload-20KB` is `prefix-load` with its overload rule on
+//! (`ttft_slo_seconds = 2`, off by default) where it runs in full: every pod has learned its
+//! prefill rate and is busy and late, so each decision also reads every pod's rate and
+//! pending prefill and narrows the candidates.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -38,10 +39,10 @@ fn prompt() -> String {
     text
 }
 
-/// A router whose index is full: 200 000 blocks spread over eight pods, plus `text`'s blocks
-/// held by `owner`.
-fn full_router(text: &str, owner: &str, pods: &[String]) -> Router {
-    let router = Router::new(RouterConfig::default()).expect("default config is valid");
+/// A router with `config` whose index is full: 200 000 blocks spread over eight pods, plus
+/// `text`'s blocks held by `owner`.
+fn full_router(config: RouterConfig, text: &str, owner: &str, pods: &[String]) -> Router {
+    let router = Router::new(config).expect("the config is valid");
     let mut rng = StdRng::seed_from_u64(200_000);
     let mut now = 0;
     while router.index().len() < INDEX_BLOCKS {
@@ -96,7 +97,11 @@ fn candidates_on<'a>(names: &'a [String], loads: &'a [Arc<PodLoad>]) -> Vec<Cand
 fn decision(c: &mut Criterion) {
     let text = prompt();
     let names: Vec<String> = (0..8).map(|i| format!("pod-{i}")).collect();
-    let router = full_router(&text, &names[1], &names);
+    let router = full_router(RouterConfig::default(), &text, &names[1], &names);
+    // The same index, with `prefix-load`'s overload rule on at 2 s (off by default).
+    let mut overload = RouterConfig::default();
+    overload.prefix_load.ttft_slo_seconds = 2.0;
+    let overload_router = full_router(overload, &text, &names[1], &names);
     let blocks = router.index().len();
     eprintln!(
         "index: {blocks} blocks, ~{} heap bytes per block",
@@ -114,10 +119,21 @@ fn decision(c: &mut Criterion) {
             text: &text,
             tokens: None,
         };
-        for (strategy, label, candidates) in [
-            (Strategy::PrefixCache, "prefix-cache-20KB", &candidates),
-            (Strategy::PrefixLoad, "prefix-load-20KB", &candidates),
+        for (router, strategy, label, candidates) in [
             (
+                &router,
+                Strategy::PrefixCache,
+                "prefix-cache-20KB",
+                &candidates,
+            ),
+            (
+                &router,
+                Strategy::PrefixLoad,
+                "prefix-load-20KB",
+                &candidates,
+            ),
+            (
+                &overload_router,
                 Strategy::PrefixLoad,
                 "prefix-load-overload-20KB",
                 &late_candidates,
@@ -160,7 +176,7 @@ fn hashing(c: &mut Criterion) {
 fn index_ops(c: &mut Criterion) {
     let text = prompt();
     let names: Vec<String> = (0..8).map(|i| format!("pod-{i}")).collect();
-    let router = full_router(&text, &names[1], &names);
+    let router = full_router(RouterConfig::default(), &text, &names[1], &names);
     let hashes = router.hashes(&text).expect("character tokenizer");
     let pods: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut group = c.benchmark_group("index");
