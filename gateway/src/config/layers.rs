@@ -85,6 +85,10 @@ pub const ENV_ALIASES: &[(&str, &str)] = &[
         "PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS",
         "routing.prefix_load.ttft_slo_seconds",
     ),
+    (
+        "PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS",
+        "routing.prefix_load.copy_in_time_seconds",
+    ),
 ];
 
 /// Where a setting's value came from.

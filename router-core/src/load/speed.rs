@@ -25,7 +25,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::Millis;
 
-/// Requests that had fewer blocks than this to prefill do not teach the prefill estimate.
+/// Requests that had fewer blocks than this to prefill do not teach the prefill estimate: a
+/// cache hit's tail (about 20 blocks on the seed's prompts) is mostly fixed per-request
+/// overhead, which at 8 read as 13 ms per block on the simulated L20, twice its cold
+/// prefill rate, and priced every copy past a 2 s TTFT (docs/POLICY-EVALUATION.md, "A
+/// TTFT-SLO rule at each replica's own rate").
 pub const MIN_PREFILL_BLOCKS: u64 = 64;
 
 /// Step towards an observation below the estimate.

@@ -68,7 +68,22 @@ pub struct PrefixLoadConfig {
     /// phases but loses the whole Mooncake trace on 8 replicas, where the pods given up
     /// stay backed up for minutes (docs/POLICY-EVALUATION.md, "The overload rule").
     pub ttft_slo_seconds: f64,
+    /// `PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS`: a TTFT target for copies; 0 (the
+    /// default) leaves it out. When set, a busy pod below the best match (a copy) is passed
+    /// over when the request's first token there is expected later than this: its learned
+    /// prefill rate × (the prefill pending there + the blocks it would prefill). An idle pod
+    /// may always take a copy (it misses once, then serves the prefix's later requests), and
+    /// so may any pod for a prefix with [`HOT_IN_FLIGHT`] or more requests in flight on its
+    /// holders. Off until every pod has a learned rate. For unequal replicas, where a copy
+    /// onto a slow, busy replica is a miss that delays its queue (docs/POLICY-EVALUATION.md,
+    /// "Unequal replicas: the cold cells, second pass").
+    pub copy_in_time_seconds: f64,
 }
+
+/// A prefix with this many requests in flight on its holders is hot: a copy of it is worth
+/// its own late first token, so [`PrefixLoadConfig::copy_in_time_seconds`] does not hold it
+/// back (at 10 and above the 4-replica unequal fleet's hot50 cell drops, at 12 by 14).
+pub const HOT_IN_FLIGHT: u64 = 8;
 
 impl Default for PrefixLoadConfig {
     fn default() -> Self {
@@ -82,12 +97,13 @@ impl Default for PrefixLoadConfig {
             copy_weight: 0.0,
             learn_weight: 1.0,
             ttft_slo_seconds: 0.0,
+            copy_in_time_seconds: 0.0,
         }
     }
 }
 
 /// The environment variables [`PrefixLoadConfig::apply_env`] reads, in `--help` order.
-pub const PREFIX_LOAD_ENV_NAMES: [&str; 9] = [
+pub const PREFIX_LOAD_ENV_NAMES: [&str; 10] = [
     "PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT",
@@ -97,6 +113,7 @@ pub const PREFIX_LOAD_ENV_NAMES: [&str; 9] = [
     "PREFIXGATE_PREFIX_LOAD_COPY_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS",
+    "PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS",
 ];
 
 /// Largest accepted weight: beyond it one term swamps the others entirely, which a user
@@ -120,6 +137,7 @@ impl PrefixLoadConfig {
             copy,
             learn,
             slo,
+            in_time,
         ] = PREFIX_LOAD_ENV_NAMES;
         for (name, field) in [
             (prefill, &mut self.prefill_weight),
@@ -130,6 +148,7 @@ impl PrefixLoadConfig {
             (window, &mut self.family_window_seconds),
             (copy, &mut self.copy_weight),
             (slo, &mut self.ttft_slo_seconds),
+            (in_time, &mut self.copy_in_time_seconds),
         ] {
             if let Some(value) = lookup(name) {
                 *field = weight(name, &value, value.trim().parse().ok())?;
@@ -152,6 +171,11 @@ impl PrefixLoadConfig {
         (self.ttft_slo_seconds > 0.0).then_some(self.ttft_slo_seconds * 1000.0)
     }
 
+    /// [`copy_in_time_seconds`](Self::copy_in_time_seconds) in milliseconds, when set.
+    pub fn copy_in_time_millis(&self) -> Option<f64> {
+        (self.copy_in_time_seconds > 0.0).then_some(self.copy_in_time_seconds * 1000.0)
+    }
+
     /// Checks weights read from a file (finite, 0 to 10⁶).
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (key, value) in [
@@ -166,6 +190,10 @@ impl PrefixLoadConfig {
             ),
             ("prefix_load.copy_weight", self.copy_weight),
             ("prefix_load.ttft_slo_seconds", self.ttft_slo_seconds),
+            (
+                "prefix_load.copy_in_time_seconds",
+                self.copy_in_time_seconds,
+            ),
         ] {
             weight(key, &value.to_string(), Some(value))?;
         }
@@ -230,6 +258,7 @@ mod tests {
             ("PREFIXGATE_PREFIX_LOAD_COPY_WEIGHT", "1"),
             ("PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT", "0.5"),
             ("PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS", "1.5"),
+            ("PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS", "2"),
         ])
         .unwrap();
         assert_eq!(
@@ -244,12 +273,15 @@ mod tests {
                 copy_weight: 1.0,
                 learn_weight: 0.5,
                 ttft_slo_seconds: 1.5,
+                copy_in_time_seconds: 2.0,
             }
         );
         assert_eq!(config.family_window_millis(), 2500);
         assert_eq!(config.ttft_slo_millis(), Some(1500.0));
         let off = with_env(&[("PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS", "0")]).unwrap();
         assert_eq!(off.ttft_slo_millis(), None);
+        assert_eq!(config.copy_in_time_millis(), Some(2000.0));
+        assert_eq!(PrefixLoadConfig::default().copy_in_time_millis(), None);
         assert_eq!(with_env(&[]).unwrap(), PrefixLoadConfig::default());
         PrefixLoadConfig::default().validate().unwrap();
     }

@@ -75,6 +75,10 @@
 //! both hold it and load decides between them), and a cold family stays with its first pod
 //! while loads are within `prefill_weight` prompts of each other.
 //!
+//! With `copy_in_time_seconds` set, a busy pod where a copy's first token is expected later
+//! than that (its learned prefill rate × the prefill pending there and the copy's) is passed
+//! over before the cheapest is taken, unless the prefix is hot ([`in_time`]).
+//!
 //! With no full block (an empty or short prompt) nothing can be cached: the choice is by
 //! outstanding count, as `least-request`.
 //!
@@ -94,6 +98,7 @@ use crate::index::{PodMatch, match_percent};
 use crate::load::{PodLoad, PrefixCounts};
 
 pub mod config;
+mod in_time;
 pub mod slo;
 
 pub use config::PrefixLoadConfig;
@@ -138,6 +143,9 @@ impl Policy for PrefixLoad {
         let (mut costs, uncached) = self.costs(input, &percents, best, shared_prefix);
         if let Some(slo) = self.weights.ttft_slo_millis() {
             slo::keep_overload_candidates(&mut costs, input.pods, &uncached, slo);
+        }
+        if let Some(slo) = self.weights.copy_in_time_millis() {
+            in_time::pass_over_late_copies(input, &percents, best, shared_prefix, slo, &mut costs);
         }
         let pod = cheapest(&costs, input.rng);
         let chosen = percents[pod];

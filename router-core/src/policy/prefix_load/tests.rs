@@ -489,3 +489,6 @@ proptest::proptest! {
         );
     }
 }
+
+#[path = "in_time_tests.rs"]
+mod in_time_tests;

@@ -1,0 +1,62 @@
+//! `copy_in_time_seconds`: a copy only where its first token is expected in time.
+//!
+//! A copy (a pod below the request's best match) prefills the prompt's shared prefix again.
+//! On a slow replica that is busy the copy misses a TTFT target however cheap the cost model
+//! finds it, and its prefill delays what is queued there, so the cost model's balancing by
+//! blocks turns into two late replicas (docs/POLICY-EVALUATION.md, "Unequal replicas: the
+//! cold cells, second pass"). This filter passes such a pod over; the cost model chooses
+//! among the rest, which always include the best holders. It reads each pod's learned
+//! prefill rate ([`crate::load::ReplicaSpeed`]) and acts only once every pod has one.
+//!
+//! Two copies are always allowed: onto an idle pod (it misses once and then serves the
+//! prefix's later requests without delaying anyone), and of a hot prefix (at least
+//! [`HOT_IN_FLIGHT`] of its requests in flight on its holders), whose later requests repay a
+//! late first copy.
+
+use super::config::HOT_IN_FLIGHT;
+use super::{PolicyInput, uncached_blocks};
+
+/// Sets to infinity the cost of every busy copy target whose first token is expected after
+/// `slo_millis` (see the module docs). `percents` are the pods' matches, `best` the
+/// largest, `shared_prefix` the prefix the request shares with its best holders.
+pub fn pass_over_late_copies(
+    input: &PolicyInput<'_>,
+    percents: &[u8],
+    best: u8,
+    shared_prefix: Option<u64>,
+    slo_millis: f64,
+    costs: &mut [f64],
+) {
+    // A new family has no copy; without a held prefix there is nothing to copy.
+    let Some(prefix) = shared_prefix.filter(|_| best > 0) else {
+        return;
+    };
+    let Some(rates) = input
+        .pods
+        .iter()
+        .map(|pod| pod.load.speed().prefill_ms_per_block())
+        .collect::<Option<Vec<f64>>>()
+    else {
+        return;
+    };
+    let in_flight: u64 = input
+        .pods
+        .iter()
+        .zip(percents)
+        .filter(|(_, pct)| **pct == best)
+        .map(|(pod, _)| u64::from(pod.load.shared_prefix_counts(prefix).outstanding))
+        .sum();
+    if in_flight >= HOT_IN_FLIGHT {
+        return;
+    }
+    let blocks = input.hashes.len() as u64;
+    for (((cost, pod), &pct), rate) in costs.iter_mut().zip(input.pods).zip(percents).zip(&rates) {
+        if pct >= best || pod.load.shared_outstanding() == 0 {
+            continue;
+        }
+        let prefill = pod.load.shared_pending_prefill_blocks() + uncached_blocks(blocks, pct);
+        if rate * prefill as f64 > slo_millis {
+            *cost = f64::INFINITY;
+        }
+    }
+}
