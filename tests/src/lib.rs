@@ -523,10 +523,26 @@ pub fn assert_ends_with_done(answer: &Answer) {
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
 }
 
+/// A raw HTTP/1.1 chat completion the fake upstream holds without answering (`x-fake: hang`):
+/// a request waiting in the engine's queue, with no response headers yet.
+pub fn hanging_chat_request() -> String {
+    let body = chat_body("hi", false);
+    format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
+         x-fake: hang\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 /// Writes `request` whole and reads the gateway's answer until it closes: head and body.
 pub async fn raw_answer(gateway: &gateway::GatewayHandle, request: &[u8]) -> (String, String) {
     let mut tcp = TcpStream::connect(gateway.addr()).await.unwrap();
     tcp.write_all(request).await.unwrap();
+    read_answer(tcp).await
+}
+
+/// Reads the gateway's answer on `tcp` until it closes (no reset): head and body.
+pub async fn read_answer(mut tcp: TcpStream) -> (String, String) {
     let mut answer = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
         .await

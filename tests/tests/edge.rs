@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use gateway::{HALF_CLOSE_PROBE as PROBE, HALF_CLOSE_PROBE_INTERVAL as PROBE_INTERVAL};
 use prefixgate_tests::{
-    Client, chat_body, gateway_with_one_upstream, openai_error, raw_answer, shutdown_once_released,
-    wait_until,
+    Client, chat_body, gateway_with_one_upstream, hanging_chat_request, openai_error, raw_answer,
+    shutdown_once_released, wait_until,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -144,14 +144,10 @@ async fn a_client_that_closes_while_its_request_waits_in_the_engine_releases_it(
     // Longer than the test may take: only the client's leaving ends the wait.
     config.upstream.first_byte_timeout_ms = 600_000;
     let gateway = gateway::start(config).await.unwrap();
-    let body = chat_body("hi", false);
-    let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
-         x-fake: hang\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
     let mut tcp = TcpStream::connect(gateway.addr()).await.unwrap();
-    tcp.write_all(request.as_bytes()).await.unwrap();
+    tcp.write_all(hanging_chat_request().as_bytes())
+        .await
+        .unwrap();
     wait_until("the request waits upstream", || a.in_flight() == 1).await;
     assert_eq!(gateway.total_outstanding(), 1);
     assert_eq!(gateway.admission().in_flight(), 1);

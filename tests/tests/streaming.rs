@@ -10,10 +10,11 @@ use mock_engine::model::EngineProfile;
 use mock_engine::server::{FailurePlan, ReplicaConfig, spawn_replica};
 use prefixgate_tests::{
     Client, FakeUpstream, MOCK_MODEL, assert_ends_with_done, chat_body, chat_body_for,
-    gateway_config, gateway_with_one_upstream, mock_gateway_config, openai_error,
-    shutdown_once_released, sse_events, wait_outstanding_zero, wait_until,
+    gateway_config, gateway_with_one_upstream, hanging_chat_request, mock_gateway_config,
+    openai_error, read_answer, shutdown_once_released, sse_events, wait_outstanding_zero,
+    wait_until,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 #[tokio::test]
@@ -177,26 +178,17 @@ async fn a_stream_cut_by_shutdown_ends_with_an_error_event() {
 #[tokio::test]
 async fn a_request_cut_by_shutdown_before_its_replica_answers_gets_a_503() {
     let (a, gateway) = gateway_with_one_upstream().await;
-    let body = chat_body("hi", false);
     // Waiting in the engine's queue: no response headers yet.
-    let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
-         x-fake: hang\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
     let mut tcp = TcpStream::connect(gateway.addr()).await.unwrap();
-    tcp.write_all(request.as_bytes()).await.unwrap();
+    tcp.write_all(hanging_chat_request().as_bytes())
+        .await
+        .unwrap();
     wait_until("the replica to hold the request", || a.in_flight() == 1).await;
     assert!(!gateway.shutdown_within(Duration::from_millis(100)).await);
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
-        .await
-        .expect("the gateway closes once it has answered")
-        .expect("closed without a reset");
-    let answer = String::from_utf8(answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").expect(&answer);
+    let (head, body) = read_answer(tcp).await;
+    let answer = format!("{head}\r\n\r\n{body}");
     assert!(head.starts_with("HTTP/1.1 503 "), "{answer}");
-    let error = openai_error(head, body);
+    let error = openai_error(&head, &body);
     assert_eq!(error["code"], "gateway_shutting_down", "{body}");
     assert_eq!(error["type"], "overloaded_error", "{body}");
     assert!(
