@@ -14,6 +14,7 @@
 //! late first copy.
 
 use super::config::HOT_IN_FLIGHT;
+use super::expected::expected;
 use super::{PolicyInput, uncached_blocks};
 
 /// Sets to infinity the cost of every busy copy target whose first token is expected after
@@ -31,14 +32,14 @@ pub fn pass_over_late_copies(
     let Some(prefix) = shared_prefix.filter(|_| best > 0) else {
         return;
     };
-    let Some(rates) = input
+    // Nothing is filtered until every pod has learned its rate.
+    if input
         .pods
         .iter()
-        .map(|pod| pod.load.speed().prefill_ms_per_block())
-        .collect::<Option<Vec<f64>>>()
-    else {
+        .any(|pod| pod.load.speed().prefill_ms_per_block().is_none())
+    {
         return;
-    };
+    }
     let in_flight: u64 = input
         .pods
         .iter()
@@ -50,12 +51,13 @@ pub fn pass_over_late_copies(
         return;
     }
     let blocks = input.hashes.len() as u64;
-    for (((cost, pod), &pct), rate) in costs.iter_mut().zip(input.pods).zip(percents).zip(&rates) {
+    for ((cost, pod), &pct) in costs.iter_mut().zip(input.pods).zip(percents) {
         if pct >= best || pod.load.shared_outstanding() == 0 {
             continue;
         }
-        let prefill = pod.load.shared_pending_prefill_blocks() + uncached_blocks(blocks, pct);
-        if rate * prefill as f64 > slo_millis {
+        if expected(pod, uncached_blocks(blocks, pct))
+            .is_some_and(|e| e.first_token_ms > slo_millis)
+        {
             *cost = f64::INFINITY;
         }
     }

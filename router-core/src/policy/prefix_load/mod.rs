@@ -98,6 +98,7 @@ use crate::index::{PodMatch, match_percent};
 use crate::load::{PodLoad, PrefixCounts};
 
 pub mod config;
+mod expected;
 mod in_time;
 pub mod slo;
 

@@ -25,6 +25,7 @@
 //! in time (they lose where a busy engine prefills slower than its learned rate) is in
 //! docs/POLICY-EVALUATION.md, "A TTFT-SLO rule at each replica's own rate".
 
+use super::expected::expected;
 use crate::load::Candidate;
 use crate::policy::PerPod;
 
@@ -57,13 +58,12 @@ pub fn overload_candidates(
     // The prefill queued on each pod, in milliseconds at its own rate.
     let mut waits = PerPod::with_capacity(pods.len());
     for (pod, &own) in pods.iter().zip(uncached) {
-        let rate = pod.load.speed().prefill_ms_per_block()?;
-        let wait = rate * pod.load.shared_pending_prefill_blocks() as f64;
-        let late = pod.load.shared_outstanding() > 0 && wait + rate * own as f64 > slo_ms;
+        let expected = expected(pod, own)?;
+        let late = pod.load.shared_outstanding() > 0 && expected.first_token_ms > slo_ms;
         if !late {
             return None;
         }
-        waits.push(wait);
+        waits.push(expected.queued_ms);
     }
     let least = uncached.iter().copied().min()?;
     let adds_least = |i: usize| uncached[i] == least;
