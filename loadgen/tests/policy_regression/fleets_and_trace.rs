@@ -1,8 +1,8 @@
 //! What `prefix-load` wins today beyond the seed matrix (issue 15), guarded on the virtual
-//! clock: a fleet with a slow replica, the overload case with 3k-token prompts, and the
-//! opening minute of the synthetic Mooncake trace at 8 replicas and at 4 (overloaded).
-//! The overload case and the trace at 4 replicas run with `prefix-load`'s overload rule on
-//! (`ttft_slo_seconds = 2`, off by default), the others at the default settings.
+//! clock: a fleet with a slow replica, the three overload cases, and the opening minute of
+//! the synthetic Mooncake trace at 8 replicas and at 4 (overloaded). The overload cases and
+//! the trace at 4 replicas run with `prefix-load`'s overload rule on (`ttft_slo_seconds = 2`,
+//! off by default), the others at the default settings.
 //! Each test asserts `prefix-load`'s good requests are at least the best other route's
 //! (`random`, `least-request`, `prefix-cache`); at 1.0 rps on the unequal fleet, where every
 //! cell holds today, also that no (round, scenario) is more than [`CELL_SLACK`] below the
@@ -10,8 +10,8 @@
 //! lists the figures and shows each test failing when `prefix-load` routes like `random`.
 //!
 //! Reduced so a debug `cargo test --workspace` runs them in about a minute each on two cores:
-//! one unequal fleet (of the issue's four) at both rates, one overload case (of three), and
-//! 60 s of the trace (208 requests, `loadgen/testdata/mooncake-synthetic-60s.jsonl`).
+//! one unequal fleet (of the issue's four) at both rates, and 60 s of the trace (208
+//! requests, `loadgen/testdata/mooncake-synthetic-60s.jsonl`).
 
 use loadgen::run::sim::replay::simulate_replay;
 use loadgen::workload::{Trace, TraceSlice};
@@ -25,6 +25,9 @@ const MATRIX_24X3: &str = include_str!("../../../config/matrix-24x3.toml");
 const SLOW_L20: &str = include_str!("../../../config/engines/l20-qwen27b-fp8-slow.toml");
 /// Issue 15's overload case with little shared: 3k-token prompts, 20 % shared, 1.6 rps.
 const OVERLOAD_3K: &str = include_str!("../../../config/workloads/overload-3k.toml");
+/// Issue 15's overload cases on the seed's prompts: twice the seed's rate (`rate2x-*`) and
+/// 256-token answers (`out256-*`).
+const OVERLOAD: &str = include_str!("../../../config/workloads/overload.toml");
 /// The first 60 s of `shared/traces/mooncake-synthetic.jsonl` (Mooncake's FAST'25 synthetic
 /// trace, Apache-2.0), copied verbatim.
 const TRACE_60S: &str = include_str!("../../testdata/mooncake-synthetic-60s.jsonl");
@@ -122,12 +125,11 @@ fn overload_rule() -> RouterConfig {
     router
 }
 
-#[test]
-fn prefix_load_leads_every_route_in_overload_with_3k_token_prompts() {
-    // With the overload rule: 346 of 1 152 against prefix-cache's 250; 192 (least-request's
-    // figure) without it (the default), which spreads the misses over both replicas.
+/// Good requests per (round, scenario) and route of the overload matrix `text` on two L20s,
+/// all four routes, with the overload rule on.
+fn overload(text: &str, name: &str) -> Goods {
     let routes: Vec<String> = ROUTES.iter().map(|r| (*r).to_owned()).collect();
-    let matrix = Matrix::from_toml_str(OVERLOAD_3K, "overload-3k")
+    let matrix = Matrix::from_toml_str(text, name)
         .and_then(|m| m.with_routes(&routes))
         .expect("the overload matrix is valid");
     let mut options = SimOptions::seed_like(l20());
@@ -136,9 +138,34 @@ fn prefix_load_leads_every_route_in_overload_with_3k_token_prompts() {
         .map_err(|partial| partial.error)
         .expect("simulation completes")
         .phases;
-    assert_eq!(phases.len(), 48);
-    let goods = goods(&phases);
+    goods(&phases)
+}
+
+#[test]
+fn prefix_load_leads_every_route_in_overload_with_3k_token_prompts() {
+    // With the overload rule: 430 of 1 152 against prefix-cache's 250; 192 (least-request's
+    // figure) without it (the default), which spreads the misses over both replicas.
+    let goods = overload(OVERLOAD_3K, "overload-3k");
+    assert_eq!(goods.len(), 12);
     assert_total_leads("3k-token prompts, 1.6 rps", &totals(&goods), &table(&goods));
+}
+
+#[test]
+fn prefix_load_leads_every_route_in_overload_at_twice_the_rate_and_with_long_answers() {
+    // With the overload rule: 195 of 1 152 against prefix-cache's 192 at twice the rate, 230
+    // against 213 with 256-token answers. Without the slot wait in the rule's expectation
+    // (docs/POLICY-EVALUATION.md, "Slot waits in the expectation") 157 and 180: a pod whose
+    // batch is full looked in time, so the rule never gave one up.
+    let goods = overload(OVERLOAD, "overload");
+    assert_eq!(goods.len(), 24);
+    for case in ["rate2x", "out256"] {
+        let cells: Goods = goods
+            .iter()
+            .filter(|((_, scenario), _)| scenario.starts_with(case))
+            .map(|(cell, by_route)| (cell.clone(), by_route.clone()))
+            .collect();
+        assert_total_leads(case, &totals(&cells), &table(&cells));
+    }
 }
 
 /// Good requests per route on the trace's first 60 s at `replicas` H200s (the replay's

@@ -29,6 +29,8 @@ pub struct InFlight {
     blocks: u64,
     /// Pending-prefill blocks still held (0 once released).
     pending_prefill: u64,
+    /// Still counted as unanswered on its pod (until the first byte).
+    unanswered: bool,
     /// The prefill this request was expected to do on its pod, in blocks (kept after the
     /// first byte releases it from the pending sum).
     prefill_blocks: u64,
@@ -55,6 +57,7 @@ impl InFlight {
             at_selection,
             blocks: work.blocks,
             pending_prefill: work.prefill_blocks,
+            unanswered: true,
             prefill_blocks: work.prefill_blocks,
             shared_prefix: work.shared_prefix,
             copying: work.copies_prefix,
@@ -101,8 +104,8 @@ impl InFlight {
     }
 
     /// The first response byte arrived at `now`: the pod has prefilled this request, so its
-    /// blocks stop counting as pending prefill, and a copy of its prefix is usable there
-    /// from now on. Only the first call counts; the outstanding count and active blocks stay
+    /// blocks stop counting as pending prefill (and it as unanswered), and a copy of its
+    /// prefix is usable there from now on. Only the first call counts; the outstanding count and active blocks stay
     /// until the request ends.
     pub fn first_byte(&mut self, now: Millis) {
         if self.first_byte_at.is_none() {
@@ -138,6 +141,9 @@ impl InFlight {
             self.load
                 .pending_prefill_blocks
                 .fetch_sub(pending, Ordering::AcqRel);
+        }
+        if std::mem::take(&mut self.unanswered) {
+            self.load.unanswered.fetch_sub(1, Ordering::AcqRel);
         }
         if std::mem::take(&mut self.copying)
             && let Some(prefix) = self.shared_prefix

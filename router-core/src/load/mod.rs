@@ -29,10 +29,12 @@ use crate::families::RecentFamilies;
 
 mod evidence;
 mod in_flight;
+mod slots;
 mod speed;
 
 pub use evidence::{CacheEvidence, CacheTrust, Verdict};
 pub use in_flight::InFlight;
+pub use slots::BatchSlots;
 pub use speed::{Completed, MIN_PREFILL_BLOCKS, ReplicaSpeed, Usage};
 
 /// Engine statistics scraped from a replica's `/metrics` (`vllm:num_requests_running`,
@@ -66,6 +68,9 @@ pub struct PodLoad {
     active_blocks: AtomicU64,
     /// Blocks still to prefill for the outstanding requests that have not begun answering.
     pending_prefill_blocks: AtomicU64,
+    /// Outstanding requests that have not begun answering (in the engine's frontend, in
+    /// line, or prefilling): with the scrape, whether a queue there waits for a slot.
+    unanswered: AtomicU64,
     /// Outstanding requests by the prefix they share with earlier requests
     /// ([`RequestWork::shared_prefix`]): how much of this pod's load one prefix makes, and
     /// whether a copy of it is still being prefilled here.
@@ -74,6 +79,9 @@ pub struct PodLoad {
     families: RecentFamilies,
     /// How fast this replica has been, learned from the requests it finished.
     speed: ReplicaSpeed,
+    /// Its batch slots: how many requests its engine runs at once (from the scrape) and how
+    /// long each holds one (from the requests it finished).
+    slots: BatchSlots,
     /// How far the prefix index's view of this replica held, learned from the engine's
     /// `cached_tokens` in the responses of the requests it finished.
     evidence: CacheEvidence,
@@ -120,9 +128,11 @@ impl PodLoad {
             kv_usage_bits: AtomicU64::new(0),
             active_blocks: AtomicU64::new(0),
             pending_prefill_blocks: AtomicU64::new(0),
+            unanswered: AtomicU64::new(0),
             prefixes: Mutex::new(HashMap::new()),
             families: RecentFamilies::default(),
             speed: ReplicaSpeed::default(),
+            slots: BatchSlots::default(),
             evidence: CacheEvidence::default(),
             peers: OnceLock::new(),
         })
@@ -154,6 +164,7 @@ impl PodLoad {
         self.active_blocks.fetch_add(work.blocks, Ordering::AcqRel);
         self.pending_prefill_blocks
             .fetch_add(work.prefill_blocks, Ordering::AcqRel);
+        self.unanswered.fetch_add(1, Ordering::AcqRel);
         let mut behind_copy = false;
         if let Some(prefix) = work.shared_prefix {
             let mut prefixes = self.prefixes();
@@ -192,6 +203,11 @@ impl PodLoad {
         &self.speed
     }
 
+    /// Its batch slots (learned from the engine scrape and finished requests; [`slots`]).
+    pub fn slots(&self) -> &BatchSlots {
+        &self.slots
+    }
+
     /// How far the prefix index's view of this replica held lately (learned from the
     /// engine's `cached_tokens`; [`evidence`]).
     pub fn cache_trust(&self) -> CacheTrust {
@@ -199,13 +215,20 @@ impl PodLoad {
     }
 
     /// Learns from a request that finished here (its lifecycle's end): the replica's speed,
-    /// and what its `cached_tokens` said about the index ([`Verdict`], if anything).
+    /// how long it held its batch slot, and what its `cached_tokens` said about the index
+    /// ([`Verdict`], if anything).
     pub fn observe(&self, done: &Completed) -> Option<Verdict> {
         let done = Completed {
             usage: done.usage.map(|usage| self.evidence.normalize(usage)),
             ..*done
         };
         self.speed.observe(&done);
+        // Its TTFT also holds its wait for a slot and for the prefill ahead of it; its own
+        // prefill at the learned rate is the part of it spent in a slot.
+        let prefill = self.speed.prefill_ms_per_block().map_or(0.0, |rate| {
+            (rate * done.uncached_blocks() as f64).min(done.ttft as f64)
+        });
+        self.slots.observe_request(prefill, done.decode);
         self.evidence.observe(&done)
     }
 
@@ -219,6 +242,11 @@ impl PodLoad {
         self.pending_prefill_blocks.load(Ordering::Acquire)
     }
 
+    /// Outstanding requests here that have not sent a first byte.
+    pub fn unanswered(&self) -> u64 {
+        self.unanswered.load(Ordering::Acquire)
+    }
+
     /// The requests other gateways have in flight on this pod (cluster sharing), if any has
     /// told of one. Policies read it through the `shared_*` views ([`crate::cluster`]).
     pub fn peers(&self) -> Option<&Arc<PodLoad>> {
@@ -230,8 +258,10 @@ impl PodLoad {
         self.peers.get_or_init(PodLoad::new)
     }
 
-    /// Records a fresh engine scrape.
+    /// Records a fresh engine scrape (and learns the batch capacity from it).
     pub fn set_engine_stats(&self, stats: EngineStats) {
+        let unanswered = self.unanswered() + self.peers().map_or(0, |peers| peers.unanswered());
+        self.slots.observe_scrape(stats, unanswered);
         self.running.store(stats.running, Ordering::Relaxed);
         self.waiting.store(stats.waiting, Ordering::Relaxed);
         self.kv_usage_bits
@@ -298,18 +328,20 @@ mod tests {
             (load.active_blocks(), load.pending_prefill_blocks()),
             (80, 60)
         );
+        assert_eq!(load.unanswered(), 2);
         a.first_byte(0);
         a.first_byte(0);
         assert_eq!(
             (load.active_blocks(), load.pending_prefill_blocks()),
             (80, 30)
         );
-        assert_eq!(load.outstanding(), 2);
+        assert_eq!((load.outstanding(), load.unanswered()), (2, 1));
         drop(b);
         assert_eq!(
             (load.active_blocks(), load.pending_prefill_blocks()),
             (40, 0)
         );
+        assert_eq!(load.unanswered(), 0);
         drop(a);
         assert_eq!(
             (

@@ -60,8 +60,10 @@ pub struct PrefixLoadConfig {
     pub learn_weight: f64,
     /// `PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS`: the time-to-first-token target of the
     /// overload rule; 0 (the default) leaves the rule off. When every pod is expected to give
-    /// a request its first token later than this (each pod's prefill rate, learned from its
-    /// answers, times the prefill pending there and the request's own), the request goes to
+    /// a request its first token later than this (the wait for a batch slot when its
+    /// outstanding requests fill the batch its engine was seen running, then each pod's
+    /// prefill rate, learned from its answers, times the prefill pending there and the
+    /// request's own), the request goes to
     /// the most backed-up of the pods where it adds the least prefill, so the other pods keep
     /// answering within it instead of all missing it together. While some pod is expected in
     /// time, the cost model chooses as without it. Off by default: it wins sustained overload
@@ -70,8 +72,9 @@ pub struct PrefixLoadConfig {
     pub ttft_slo_seconds: f64,
     /// `PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS`: a TTFT target for copies; 0 (the
     /// default) leaves it out. When set, a busy pod below the best match (a copy) is passed
-    /// over when the request's first token there is expected later than this: its learned
-    /// prefill rate × (the prefill pending there + the blocks it would prefill). An idle pod
+    /// over when the request's first token there is expected later than this: its wait for
+    /// a batch slot, then its learned prefill rate × (the prefill pending there + the blocks
+    /// it would prefill). An idle pod
     /// may always take a copy (it misses once, then serves the prefix's later requests), and
     /// so may any pod for a prefix with [`HOT_IN_FLIGHT`] or more requests in flight on its
     /// holders. Off until every pod has a learned rate. For unequal replicas, where a copy

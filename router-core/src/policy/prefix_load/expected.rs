@@ -1,25 +1,99 @@
-//! When a pod is expected to give a request its first token, at the pod's own learned prefill
-//! rate ([`ReplicaSpeed::prefill_ms_per_block`](crate::load::ReplicaSpeed::prefill_ms_per_block)):
-//! the prefill queued there, then the request's own. Both time-based rules read it, the
-//! overload rule (`slo.rs`) and the copy filter (`in_time.rs`).
+//! When a pod is expected to give a request its first token: the wait before its own prefill
+//! begins, then that prefill at the pod's own learned rate
+//! ([`ReplicaSpeed::prefill_ms_per_block`](crate::load::ReplicaSpeed::prefill_ms_per_block)).
+//! Both time-based rules read it, the overload rule (`slo.rs`) and the copy filter
+//! (`in_time.rs`).
+//!
+//! The wait is the wait for a batch slot, when the pod's outstanding requests fill the batch
+//! its engine runs ([`BatchSlots::wait_ms`](crate::load::BatchSlots::wait_ms)), then the
+//! prefill queued on the pod (its pending blocks at its rate). One after the other: the
+//! requests in line for a slot are most of that queue, and they prefill only once they have a
+//! slot. That is the upper end (the last of them may be done when this request's slot comes);
+//! the longer of the two, the lower end, served fewer requests in time on the 3k-token
+//! overload case and the 4-replica unequal fleet (docs/POLICY-EVALUATION.md, "Slot waits in
+//! the expectation"). Without the slot wait a pod whose engine runs `max_num_seqs` requests
+//! looked in time as long as its prefill queue was short, and twice the seed's rate or
+//! 256-token answers kept both replicas late together ("Overload: issue 15's cases").
 
 use crate::load::Candidate;
 
 /// A pod's expectation for one request, in milliseconds.
 pub struct Expected {
-    /// The prefill already queued on the pod (its pending blocks at its rate).
+    /// The wait before the request's own prefill: for a batch slot, then for the prefill
+    /// already queued on the pod (its pending blocks at its rate).
     pub queued_ms: f64,
-    /// The request's first token: the queued prefill, then its own blocks.
+    /// The request's first token: the wait, then its own blocks.
     pub first_token_ms: f64,
 }
 
 /// The expectation on `pod` for a request that prefills `own_blocks` there; `None` before the
-/// pod has learned its prefill rate.
+/// pod has learned its prefill rate. The slot wait counts once the pod has learned its batch
+/// (else it is left out: the prefill queue alone).
 pub fn expected(pod: &Candidate<'_>, own_blocks: u64) -> Option<Expected> {
     let rate = pod.load.speed().prefill_ms_per_block()?;
-    let queued_ms = rate * pod.load.shared_pending_prefill_blocks() as f64;
+    let prefill_queue_ms = rate * pod.load.shared_pending_prefill_blocks() as f64;
+    let slot_wait_ms = pod
+        .load
+        .slots()
+        .wait_ms(pod.load.shared_outstanding())
+        .unwrap_or(0.0);
+    let queued_ms = slot_wait_ms + prefill_queue_ms;
     Some(Expected {
         queued_ms,
         first_token_ms: queued_ms + rate * own_blocks as f64,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::{Completed, EngineStats, PodLoad, Usage};
+
+    /// A pod that has learned 5 ms per block and 8 000 ms per request in a slot (a 100-block
+    /// prefill in 500 ms, 7 500 ms of decode), with `outstanding` requests of which none has
+    /// prefill pending, and a scrape showing `running` beside `waiting`.
+    fn pod(outstanding: u64, running: u32, waiting: u32) -> std::sync::Arc<PodLoad> {
+        let load = PodLoad::with_outstanding(outstanding);
+        load.observe(&Completed {
+            blocks: 100,
+            prefill_blocks: 100,
+            ttft: 500,
+            decode: 7_500,
+            usage: Some(Usage {
+                prompt_tokens: 1_600,
+                cached_tokens: Some(0),
+                completion_tokens: 128,
+            }),
+            behind_copy: false,
+        });
+        // Scraped with nothing unanswered here: `running` decoding beside `waiting`.
+        load.set_engine_stats(EngineStats {
+            running,
+            waiting,
+            kv_usage: 0.3,
+        });
+        load
+    }
+
+    fn first_token_ms(load: &std::sync::Arc<PodLoad>, own_blocks: u64) -> f64 {
+        let pod = Candidate { name: "a", load };
+        expected(&pod, own_blocks).unwrap().first_token_ms
+    }
+
+    #[test]
+    fn a_full_batch_makes_a_request_wait_for_a_slot() {
+        // 11 outstanding on 8 slots with no prefill queued: three are in line, so a 20-block
+        // request waits for the fourth completion (one every 8 000 / 8 ms), then prefills.
+        let full = pod(11, 8, 3);
+        assert_eq!(first_token_ms(&full, 20), 4.0 * 1_000.0 + 20.0 * 5.0);
+        // The prefill-only expectation saw 100 ms: in time for a 2 s SLO.
+        let slo_ms = 2_000.0;
+        assert!(first_token_ms(&full, 20) > slo_ms);
+    }
+
+    #[test]
+    fn free_slots_leave_the_prefill_queue_alone() {
+        // Six running, nobody waiting: a free slot, only the request's own prefill.
+        assert_eq!(first_token_ms(&pod(6, 6, 0), 20), 100.0);
+    }
 }
