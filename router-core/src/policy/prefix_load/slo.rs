@@ -2,7 +2,8 @@
 //! request its first token within the TTFT SLO, the request goes where it harms no request
 //! that could still make it, instead of where the cost model spreads the misses evenly.
 //!
-//! A pod's expected first token for a request is its learned prefill rate
+//! A pod's expected first token for a request is `expected.rs`'s: its wait for a batch slot,
+//! then its learned prefill rate
 //! ([`ReplicaSpeed::prefill_ms_per_block`](crate::load::ReplicaSpeed::prefill_ms_per_block))
 //! times the prefill blocks pending there plus the request's own uncached blocks there. A
 //! pod is **late** when that is past the SLO and it has requests outstanding; an idle pod is
