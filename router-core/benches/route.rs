@@ -6,10 +6,11 @@
 //! 160 full blocks, read the loads, the imbalance gate, match, σ filter, count the request
 //! against the chosen pod, and re-add the 160 blocks; dropping the guard is included too.
 //!
-//! `prefix-load-overload-20KB` is `prefix-load` with its overload rule on
-//! (`ttft_slo_seconds = 2`, off by default) where it runs in full: every pod has learned its
-//! prefill rate and is busy and late, so each decision also reads every pod's rate and
-//! pending prefill and narrows the candidates.
+//! `prefix-load-overload-20KB` is `prefix-load` where its overload rule (`ttft_slo_seconds`,
+//! 2 s by default) runs in full: every pod has learned its prefill rate and is busy and late,
+//! so each decision also reads every pod's rate and pending prefill, weighs the prefill
+//! offered lately against the fleet's, and narrows the candidates. In the plain
+//! `prefix-load` rows no pod has learned a rate, so the rule stops at the first pod.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -98,10 +99,6 @@ fn decision(c: &mut Criterion) {
     let text = prompt();
     let names: Vec<String> = (0..8).map(|i| format!("pod-{i}")).collect();
     let router = full_router(RouterConfig::default(), &text, &names[1], &names);
-    // The same index, with `prefix-load`'s overload rule on at 2 s (off by default).
-    let mut overload = RouterConfig::default();
-    overload.prefix_load.ttft_slo_seconds = 2.0;
-    let overload_router = full_router(overload, &text, &names[1], &names);
     let blocks = router.index().len();
     eprintln!(
         "index: {blocks} blocks, ~{} heap bytes per block",
@@ -133,7 +130,7 @@ fn decision(c: &mut Criterion) {
                 &candidates,
             ),
             (
-                &overload_router,
+                &router,
                 Strategy::PrefixLoad,
                 "prefix-load-overload-20KB",
                 &late_candidates,

@@ -1,8 +1,7 @@
 //! What `prefix-load` wins today beyond the seed matrix (issue 15), guarded on the virtual
 //! clock: a fleet with a slow replica, the three overload cases, and the opening minute of
-//! the synthetic Mooncake trace at 8 replicas and at 4 (overloaded). The overload cases and
-//! the trace at 4 replicas run with `prefix-load`'s overload rule on (`ttft_slo_seconds = 2`,
-//! off by default), the others at the default settings.
+//! the synthetic Mooncake trace at 8 replicas and at 4 (overloaded). Every test runs at the
+//! default settings, `prefix-load`'s overload rule on (`ttft_slo_seconds = 2`).
 //! Each test asserts `prefix-load`'s good requests are at least the best other route's
 //! (`random`, `least-request`, `prefix-cache`); at 1.0 rps on the unequal fleet, where every
 //! cell holds today, also that no (round, scenario) is more than [`CELL_SLACK`] below the
@@ -15,7 +14,7 @@
 
 use loadgen::run::sim::replay::simulate_replay;
 use loadgen::workload::{Trace, TraceSlice};
-use router_core::{RouterConfig, Strategy};
+use router_core::Strategy;
 
 use super::*;
 
@@ -117,23 +116,14 @@ fn prefix_load_leads_every_routes_total_with_a_slow_replica_at_the_seed_rate() {
     assert_total_leads("L20 + slow L20, 1.6 rps", &totals(&goods), &table(&goods));
 }
 
-/// The default routing settings with `prefix-load`'s overload rule on at the seed's 2 s TTFT
-/// SLO (`ttft_slo_seconds`, off by default).
-fn overload_rule() -> RouterConfig {
-    let mut router = RouterConfig::default();
-    router.prefix_load.ttft_slo_seconds = 2.0;
-    router
-}
-
 /// Good requests per (round, scenario) and route of the overload matrix `text` on two L20s,
-/// all four routes, with the overload rule on.
+/// all four routes, at the default settings (the overload rule on).
 fn overload(text: &str, name: &str) -> Goods {
     let routes: Vec<String> = ROUTES.iter().map(|r| (*r).to_owned()).collect();
     let matrix = Matrix::from_toml_str(text, name)
         .and_then(|m| m.with_routes(&routes))
         .expect("the overload matrix is valid");
-    let mut options = SimOptions::seed_like(l20());
-    options.router = overload_rule();
+    let options = SimOptions::seed_like(l20());
     let phases = simulate_matrix(&matrix, &options, &mut |_, _| {})
         .map_err(|partial| partial.error)
         .expect("simulation completes")
@@ -169,15 +159,14 @@ fn prefix_load_leads_every_route_in_overload_at_twice_the_rate_and_with_long_ans
 }
 
 /// Good requests per route on the trace's first 60 s at `replicas` H200s (the replay's
-/// default profile), routed with `router`.
-fn trace_first_minute(replicas: usize, router: RouterConfig) -> BTreeMap<String, usize> {
+/// default profile), at the default settings.
+fn trace_first_minute(replicas: usize) -> BTreeMap<String, usize> {
     let trace = Trace::parse(TRACE_60S, "mooncake-synthetic-60s.jsonl").expect("the trace parses");
     let plan = TraceSlice::default().plan(&trace).expect("the slice plans");
     assert_eq!(plan.len(), 208);
     let profile = EngineProfile::builtin("h200-qwen27b-fp8").expect("the H200 profile is built in");
     let mut options = SimOptions::seed_like(profile);
     options.replicas = replicas;
-    options.router = router;
     let routes: Vec<Strategy> = ROUTES
         .iter()
         .map(|r| r.parse().expect("a known route"))
@@ -191,13 +180,14 @@ fn trace_first_minute(replicas: usize, router: RouterConfig) -> BTreeMap<String,
 #[test]
 fn prefix_load_leads_every_route_on_the_traces_first_minute_at_8_replicas() {
     // Today: 124 of 208 against prefix-cache's 105.
-    let good = trace_first_minute(8, RouterConfig::default());
+    let good = trace_first_minute(8);
     assert_total_leads("trace, first 60 s, 8 replicas", &good, "");
 }
 
 #[test]
 fn prefix_load_leads_every_route_on_the_traces_first_minute_at_4_replicas() {
-    // Overloaded: 71 of 208 against prefix-cache's 5 with the overload rule; 0 without.
-    let good = trace_first_minute(4, overload_rule());
+    // Overloaded: 71 of 208 against prefix-cache's 5 with the overload rule (the default);
+    // 0 without.
+    let good = trace_first_minute(4);
     assert_total_leads("trace, first 60 s, 4 replicas", &good, "");
 }

@@ -59,16 +59,17 @@ pub struct PrefixLoadConfig {
     /// it. Not applied with KV-event sync, whose index already sees the engines' caches.
     pub learn_weight: f64,
     /// `PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS`: the time-to-first-token target of the
-    /// overload rule; 0 (the default) leaves the rule off. When every pod is expected to give
-    /// a request its first token later than this (the wait for a batch slot when its
-    /// outstanding requests fill the batch its engine was seen running, then each pod's
-    /// prefill rate, learned from its answers, times the prefill pending there and the
-    /// request's own), the request goes to
-    /// the most backed-up of the pods where it adds the least prefill, so the other pods keep
-    /// answering within it instead of all missing it together. While some pod is expected in
-    /// time, the cost model chooses as without it. Off by default: it wins sustained overload
-    /// phases but loses the whole Mooncake trace on 8 replicas, where the pods given up
-    /// stay backed up for minutes (docs/POLICY-EVALUATION.md, "The overload rule").
+    /// overload rule, 2 by default (the seed's TTFT SLO); 0 leaves the rule off. When every
+    /// pod is expected to give a request its first token later than this (the wait for a
+    /// batch slot when its outstanding requests fill the batch its engine was seen running,
+    /// then each pod's prefill rate, learned from its answers, times the prefill pending there
+    /// and the request's own) and the prefill offered over the last seconds outruns what the
+    /// pods prefill at those rates, the request goes to the most backed-up of the pods where
+    /// it adds the least prefill, so the other pods keep answering within it instead of all
+    /// missing it together. While some pod is expected in time, or the fleet prefills faster
+    /// than it is offered (a burst, a phase's cold start, a prompt too long for the SLO
+    /// anywhere), the cost model chooses as without it (docs/POLICY-EVALUATION.md, "The
+    /// overload rule, gated by the offered prefill").
     pub ttft_slo_seconds: f64,
     /// `PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS`: a TTFT target for copies; 0 (the
     /// default) leaves it out. When set, a busy pod below the best match (a copy) is passed
@@ -99,7 +100,7 @@ impl Default for PrefixLoadConfig {
             family_window_seconds: 60.0,
             copy_weight: 0.0,
             learn_weight: 1.0,
-            ttft_slo_seconds: 0.0,
+            ttft_slo_seconds: 2.0,
             copy_in_time_seconds: 0.0,
         }
     }
@@ -284,6 +285,7 @@ mod tests {
         let off = with_env(&[("PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS", "0")]).unwrap();
         assert_eq!(off.ttft_slo_millis(), None);
         assert_eq!(config.copy_in_time_millis(), Some(2000.0));
+        assert_eq!(PrefixLoadConfig::default().ttft_slo_millis(), Some(2000.0));
         assert_eq!(PrefixLoadConfig::default().copy_in_time_millis(), None);
         assert_eq!(with_env(&[]).unwrap(), PrefixLoadConfig::default());
         PrefixLoadConfig::default().validate().unwrap();

@@ -58,9 +58,12 @@
 //!
 //! **Overload** (`ttft_slo_seconds`, [`slo`]): when every busy pod is expected to give the
 //! request its first token after the TTFT SLO (its learned prefill rate × the prefill pending
-//! there and the request's own), the request goes to the most backed-up of the pods where it
-//! adds the least prefill, and the others keep answering within the SLO; the cost model
-//! breaks ties among them. While some pod is expected in time, or idle, the rule does nothing.
+//! there and the request's own) and the prefill offered lately ([`offered`]) outruns what the
+//! pods prefill at their learned rates, the request goes to the most backed-up of the pods
+//! where it adds the least prefill, and the others keep answering within the SLO; the cost
+//! model breaks ties among them. While some pod is expected in time, or idle, or the fleet
+//! prefills faster than it is offered (a backlog that drains by itself), the rule does
+//! nothing.
 //!
 //! The prefix of a request is named by the hash of the deepest block it shares with its best
 //! holder; [`PodLoad`] counts each pod's outstanding requests and copies per prefix.
@@ -100,6 +103,7 @@ use crate::load::{PodLoad, PrefixCounts};
 pub mod config;
 mod expected;
 mod in_time;
+mod offered;
 pub mod slo;
 
 pub use config::PrefixLoadConfig;
@@ -108,12 +112,17 @@ pub use config::PrefixLoadConfig;
 #[derive(Debug, Default)]
 pub struct PrefixLoad {
     weights: PrefixLoadConfig,
+    /// The prefill offered lately, read by the overload rule (recorded only while it is on).
+    offered: offered::OfferedPrefill,
 }
 
 impl PrefixLoad {
     /// The policy with `weights` (validated by the caller, see [`PrefixLoadConfig::validate`]).
     pub fn new(weights: PrefixLoadConfig) -> Self {
-        PrefixLoad { weights }
+        PrefixLoad {
+            weights,
+            offered: offered::OfferedPrefill::default(),
+        }
     }
 
     /// The window over which a pod's prompt families are counted, when the family term is on
@@ -143,7 +152,9 @@ impl Policy for PrefixLoad {
             .and_then(|last| input.hashes.get(last as usize).copied());
         let (mut costs, uncached) = self.costs(input, &percents, best, shared_prefix);
         if let Some(slo) = self.weights.ttft_slo_millis() {
-            slo::keep_overload_candidates(&mut costs, input.pods, &uncached, slo);
+            let least = uncached.iter().copied().min().unwrap_or(0);
+            let offered = self.offered.offer(input.now, least);
+            slo::keep_overload_candidates(&mut costs, input.pods, &uncached, slo, offered);
         }
         if let Some(slo) = self.weights.copy_in_time_millis() {
             in_time::pass_over_late_copies(input, &percents, best, shared_prefix, slo, &mut costs);

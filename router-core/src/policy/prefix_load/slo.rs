@@ -1,6 +1,7 @@
 //! `prefix-load`'s overload rule (`ttft_slo_seconds`): when no pod is expected to give a
-//! request its first token within the TTFT SLO, the request goes where it harms no request
-//! that could still make it, instead of where the cost model spreads the misses evenly.
+//! request its first token within the TTFT SLO and the fleet is offered prefill faster than
+//! it can do it, the request goes where it harms no request that could still make it,
+//! instead of where the cost model spreads the misses evenly.
 //!
 //! A pod's expected first token for a request is `expected.rs`'s: its wait for a batch slot,
 //! then its learned prefill rate
@@ -11,34 +12,44 @@
 //! requests find the prefix there).
 //!
 //! - Some pod is not late: the rule does nothing, the cost model chooses.
-//! - Every pod is late (overload): the request goes to the most backed-up (the most prefill
-//!   pending, in time) of the pods where it adds the least prefill: its holders, or any pod
-//!   for a new family; the cost model breaks ties among them. Every newcomer there misses
-//!   already, so this one takes no room from a request that could still be in time, the
-//!   other pods drain and answer theirs within the SLO, and no family is copied onto the
-//!   pod given up (which would make the copy miss as well and leave the family on two
-//!   late pods).
+//! - Every pod is late, but the prefill offered lately ([`super::offered`]) is less than the
+//!   pods prefill together at their learned rates (the sum of their blocks per millisecond):
+//!   the backlog is a burst, the cold start of a phase or a prompt too long for the SLO
+//!   anywhere, and it drains by itself. The rule does nothing: a pod given up for it would
+//!   stay backed up after it, and its families with it (on the whole Mooncake trace at 8
+//!   replicas the rule sank every long cold prompt onto one pod, whose requests came to
+//!   wait ten minutes for a first token).
+//! - Every pod is late and the prefill offered outruns the fleet (overload): the request goes
+//!   to the most backed-up (the most prefill pending, in time) of the pods where it adds the
+//!   least prefill: its holders, or any pod for a new family; the cost model breaks ties
+//!   among them. Every newcomer there misses already, so this one takes no room from a
+//!   request that could still be in time, the other pods drain and answer theirs within the
+//!   SLO, and no family is copied onto the pod given up (which would make the copy miss as
+//!   well and leave the family on two late pods).
 //!
-//! This only ever narrows the cost model's candidates, and only when every pod is late; the
-//! rule is off until every candidate has learned its prefill rate. Which pod is given up
-//! follows the queues, so when the one given up drains below the SLO it competes again. The
-//! evaluation of this rule against variants that also pass over late pods while another is
-//! in time (they lose where a busy engine prefills slower than its learned rate) is in
-//! docs/POLICY-EVALUATION.md, "A TTFT-SLO rule at each replica's own rate".
+//! This only ever narrows the cost model's candidates, and only in overload; the rule is off
+//! until every candidate has learned its prefill rate. Which pod is given up follows the
+//! queues, so when the one given up drains below the SLO it competes again, and when the
+//! offered prefill falls below what the fleet prefills every pod competes again. The
+//! evaluation (variants that pass over late pods while another is in time, the rule without
+//! the offered-prefill gate, the gate's window) is in docs/POLICY-EVALUATION.md, "A TTFT-SLO
+//! rule at each replica's own rate", "The overload rule" and "The overload rule, gated by the
+//! offered prefill".
 
 use super::expected::expected;
 use crate::load::Candidate;
 use crate::policy::PerPod;
 
-/// Leaves only the [`overload_candidates`] in `costs` (the others cost infinity), when every
-/// pod is late; otherwise leaves `costs` as they are.
+/// Leaves only the [`overload_candidates`] in `costs` (the others cost infinity), in
+/// overload; otherwise leaves `costs` as they are.
 pub fn keep_overload_candidates(
     costs: &mut [f64],
     pods: &[Candidate<'_>],
     uncached: &[u64],
     slo_ms: f64,
+    offered_per_ms: f64,
 ) {
-    if let Some(allowed) = overload_candidates(pods, uncached, slo_ms) {
+    if let Some(allowed) = overload_candidates(pods, uncached, slo_ms, offered_per_ms) {
         for (cost, allowed) in costs.iter_mut().zip(allowed) {
             if !allowed {
                 *cost = f64::INFINITY;
@@ -48,23 +59,33 @@ pub fn keep_overload_candidates(
 }
 
 /// Which of `pods` may take the request when every one of them is expected past `slo_ms`
-/// (`uncached[i]`: the blocks the request would prefill on pod `i`); `None` when some pod
-/// is expected in time, is idle, or has not learned its prefill rate (the cost model
-/// chooses among all).
+/// (`uncached[i]`: the blocks the request would prefill on pod `i`) and `offered_per_ms`,
+/// the prefill offered lately in blocks per millisecond, is at least what the pods prefill
+/// together; `None` when some pod is expected in time, is idle, or has not learned its
+/// prefill rate, or the fleet prefills faster than it is offered (the cost model chooses
+/// among all).
 pub fn overload_candidates(
     pods: &[Candidate<'_>],
     uncached: &[u64],
     slo_ms: f64,
+    offered_per_ms: f64,
 ) -> Option<PerPod<bool>> {
     // The prefill queued on each pod, in milliseconds at its own rate.
     let mut waits = PerPod::with_capacity(pods.len());
+    // Blocks per millisecond the pods prefill together, at their learned rates.
+    let mut prefilled_per_ms = 0.0;
     for (pod, &own) in pods.iter().zip(uncached) {
         let expected = expected(pod, own)?;
+        let ms_per_block = pod.load.speed().prefill_ms_per_block()?;
         let late = pod.load.shared_outstanding() > 0 && expected.first_token_ms > slo_ms;
         if !late {
             return None;
         }
         waits.push(expected.queued_ms);
+        prefilled_per_ms += 1.0 / ms_per_block;
+    }
+    if offered_per_ms < prefilled_per_ms {
+        return None;
     }
     let least = uncached.iter().copied().min()?;
     let adds_least = |i: usize| uncached[i] == least;

@@ -1,6 +1,6 @@
 //! `prefix-load`'s overload rule (`ttft_slo_seconds`, [`super::slo`]): which pods are late at
 //! their own learned prefill rates, where a request goes when every pod is, and that it
-//! changes nothing while some pod is in time.
+//! changes nothing while some pod is in time or the fleet prefills faster than it is offered.
 
 use std::sync::Arc;
 
@@ -15,6 +15,9 @@ use crate::policy::PolicyInput;
 const MODEL: &str = "m";
 /// The request: 100 blocks, the SLO 2 s.
 const BLOCKS: u64 = 100;
+/// Blocks offered over the window before the request in an overloaded fleet: 1 block per ms
+/// over 10 s, more than any fleet below prefills (3 pods at 10 ms a block: 0.3 per ms).
+const OVERLOAD: u64 = 10_000;
 
 /// A pod as the tests set it up.
 #[derive(Debug, Clone, Copy)]
@@ -96,8 +99,15 @@ impl Fleet {
         }
     }
 
-    /// The pod `prefix-load` picks with the rule at `slo_seconds` (0: off).
+    /// The pod `prefix-load` picks with the rule at `slo_seconds` (0: off), in a fleet
+    /// offered more prefill than it can do ([`OVERLOAD`]).
     fn choose(&self, hashes: &[u64], slo_seconds: f64) -> usize {
+        self.choose_offered(hashes, slo_seconds, OVERLOAD)
+    }
+
+    /// The pod `prefix-load` picks with the rule at `slo_seconds`, after `offered` blocks to
+    /// prefill were offered at once just before the request.
+    fn choose_offered(&self, hashes: &[u64], slo_seconds: f64, offered: u64) -> usize {
         let pods: Vec<Candidate<'_>> = self
             .names
             .iter()
@@ -108,6 +118,7 @@ impl Fleet {
             ttft_slo_seconds: slo_seconds,
             ..PrefixLoadConfig::default()
         });
+        policy.offered.offer(0, offered);
         let mut rng = StdRng::seed_from_u64(7);
         policy
             .choose(&mut PolicyInput {
@@ -144,6 +155,38 @@ fn when_every_pod_is_late_the_request_goes_to_its_most_backed_up_holder() {
     // lighter holder keeps answering its own requests sooner; the third, further behind
     // still, would have to copy the family to miss anyway.
     assert_eq!(fleet.choose(&hashes, 2.0), 0);
+}
+
+#[test]
+fn a_backlog_offered_slower_than_the_fleet_prefills_gives_no_pod_up() {
+    let hashes = prompt();
+    // Every pod is late, as above, but the fleet was offered 1 900 blocks over the last 10 s
+    // (0.19 per ms; the request adds none, its holders hold it all) and prefills 0.3 per ms at 10 ms a block: the
+    // backlog drains by itself (a burst, a phase's cold start), so the cost model spreads it
+    // and no pod is given up for longer than it lasts.
+    let fleet = Fleet::new(
+        &[
+            pod(10.0, 400, true),
+            pod(10.0, 250, true),
+            pod(10.0, 600, false),
+        ],
+        &hashes,
+    );
+    assert_eq!(fleet.choose_offered(&hashes, 2.0, 1_900), 1);
+    // Offered faster than the three prefill (0.31 per ms): overload, the sink.
+    assert_eq!(fleet.choose_offered(&hashes, 2.0, 3_100), 0);
+    // The fleet's rate is each pod's own: at 40 ms a block the third prefills 0.025 per ms,
+    // and 0.23 per ms outruns the 0.225 the three prefill.
+    let fleet = Fleet::new(
+        &[
+            pod(10.0, 400, true),
+            pod(10.0, 250, true),
+            pod(40.0, 150, false),
+        ],
+        &hashes,
+    );
+    assert_eq!(fleet.choose_offered(&hashes, 2.0, 2_300), 0);
+    assert_eq!(fleet.choose_offered(&hashes, 2.0, 0), 1);
 }
 
 #[test]
