@@ -113,7 +113,7 @@ pub use config::PrefixLoadConfig;
 pub struct PrefixLoad {
     weights: PrefixLoadConfig,
     /// The prefill offered lately, read by the overload rule (recorded only while it is on).
-    offered: offered::OfferedPrefill,
+    offered: offered::OfferedLoad,
 }
 
 impl PrefixLoad {
@@ -121,7 +121,7 @@ impl PrefixLoad {
     pub fn new(weights: PrefixLoadConfig) -> Self {
         PrefixLoad {
             weights,
-            offered: offered::OfferedPrefill::default(),
+            offered: offered::OfferedLoad::default(),
         }
     }
 

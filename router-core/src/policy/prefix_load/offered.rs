@@ -1,11 +1,14 @@
-//! The prefill the fleet has been offered lately, for the overload rule ([`super::slo`]): the
-//! blocks each request brings to prefill at its best pod (its fewest uncached blocks), summed
-//! with exponential decay over [`OFFERED_WINDOW_MS`], a rate in blocks per millisecond.
+//! The load the fleet has been offered lately, for the overload rule ([`super::slo`]): the
+//! blocks each request brings to prefill at its best pod (its fewest uncached blocks), and
+//! the requests themselves, each summed with exponential decay over [`OFFERED_WINDOW_MS`],
+//! rates per millisecond.
 //!
-//! The overload rule compares it with what the pods can prefill at their learned rates: a
-//! backlog the fleet is offered less than it can prefill (a burst, the cold start of a phase,
+//! The overload rule compares them with what the pods can do at their learned rates: the
+//! blocks with what they prefill, the requests with how many their batch slots finish. A
+//! backlog the fleet is offered less than it can serve (a burst, the cold start of a phase,
 //! one prompt too long for the SLO anywhere) drains by itself, and a pod given up for it would
-//! stay backed up past it; a backlog offered faster than the fleet prefills only grows.
+//! stay backed up past it; a backlog offered faster than the fleet prefills, or than its
+//! slots turn over, only grows.
 
 use std::sync::{Mutex, PoisonError};
 
@@ -19,32 +22,45 @@ use crate::Millis;
 /// prefill").
 pub const OFFERED_WINDOW_MS: f64 = 10_000.0;
 
-/// The decaying sum (see the module docs). One lock per decision, held for a few arithmetic
+/// What the fleet has been offered lately, per millisecond (see the module docs).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Offered {
+    /// Blocks to prefill (each request's fewest uncached blocks).
+    pub blocks_per_ms: f64,
+    /// Requests, each of which holds a batch slot until it ends.
+    pub requests_per_ms: f64,
+}
+
+/// The decaying sums (see the module docs). One lock per decision, held for a few arithmetic
 /// operations.
 #[derive(Debug, Default)]
-pub struct OfferedPrefill {
+pub struct OfferedLoad {
     state: Mutex<Decaying>,
 }
 
 #[derive(Debug, Default)]
 struct Decaying {
-    /// When `per_ms` was last brought up to date.
+    /// When `offered` was last brought up to date.
     at: Millis,
-    /// Blocks per millisecond at `at`.
-    per_ms: f64,
+    /// The rates at `at`.
+    offered: Offered,
 }
 
-impl OfferedPrefill {
-    /// Adds a request that brings `blocks` to prefill at `now`, and returns the rate offered
-    /// with it, in blocks per millisecond. A `now` earlier than the last one (another
-    /// gateway thread's clock read racing this one) counts as the same instant.
-    pub fn offer(&self, now: Millis, blocks: u64) -> f64 {
+impl OfferedLoad {
+    /// Adds a request that brings `blocks` to prefill at `now`, and returns the rates offered
+    /// with it. A `now` earlier than the last one (another gateway thread's clock read racing
+    /// this one) counts as the same instant.
+    pub fn offer(&self, now: Millis, blocks: u64) -> Offered {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let elapsed = now.saturating_sub(state.at) as f64;
-        state.per_ms =
-            state.per_ms * (-elapsed / OFFERED_WINDOW_MS).exp() + blocks as f64 / OFFERED_WINDOW_MS;
+        let kept = (-elapsed / OFFERED_WINDOW_MS).exp();
+        let last = state.offered;
+        state.offered = Offered {
+            blocks_per_ms: last.blocks_per_ms * kept + blocks as f64 / OFFERED_WINDOW_MS,
+            requests_per_ms: last.requests_per_ms * kept + 1.0 / OFFERED_WINDOW_MS,
+        };
         state.at = state.at.max(now);
-        state.per_ms
+        state.offered
     }
 }
 
@@ -54,29 +70,34 @@ mod tests {
 
     #[test]
     fn a_steady_stream_settles_at_its_rate_and_a_pause_lets_it_decay() {
-        let offered = OfferedPrefill::default();
+        let offered = OfferedLoad::default();
         // 50 blocks every 100 ms: 0.5 blocks per ms, reached within a few windows.
-        let mut rate = 0.0;
+        // One request every 100 ms: 0.01 requests per ms.
+        let mut rate = Offered::default();
         for i in 0..1_000 {
             rate = offered.offer(i * 100, 50);
         }
-        assert!((rate - 0.5).abs() < 0.02, "{rate}");
-        // One window later with one small request, e⁻¹ of it is left.
+        assert!((rate.blocks_per_ms - 0.5).abs() < 0.02, "{rate:?}");
+        assert!((rate.requests_per_ms - 0.01).abs() < 0.0004, "{rate:?}");
+        // One window later with one request bringing nothing to prefill, e⁻¹ of the blocks
+        // is left.
         let later = offered.offer(99_900 + 10_000, 0);
-        assert!((later - rate / std::f64::consts::E).abs() < 1e-9, "{later}");
+        let decayed = rate.blocks_per_ms / std::f64::consts::E;
+        assert!((later.blocks_per_ms - decayed).abs() < 1e-9, "{later:?}");
     }
 
     #[test]
     fn a_burst_counts_once_over_the_window() {
-        let offered = OfferedPrefill::default();
+        let offered = OfferedLoad::default();
         // 20 requests of 300 blocks at once: 6 000 blocks over 10 s, 0.6 per ms, whatever
         // rate they arrived at.
-        let mut rate = 0.0;
+        let mut rate = Offered::default();
         for _ in 0..20 {
             rate = offered.offer(5_000, 300);
         }
-        assert!((rate - 0.6).abs() < 1e-9, "{rate}");
+        assert!((rate.blocks_per_ms - 0.6).abs() < 1e-9, "{rate:?}");
+        assert!((rate.requests_per_ms - 0.002).abs() < 1e-12, "{rate:?}");
         // A clock read that lags the last one does not decay it backwards.
-        assert!((offered.offer(4_000, 0) - 0.6).abs() < 1e-9);
+        assert!((offered.offer(4_000, 0).blocks_per_ms - 0.6).abs() < 1e-9);
     }
 }

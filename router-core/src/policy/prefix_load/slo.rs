@@ -37,6 +37,7 @@
 //! offered prefill".
 
 use super::expected::expected;
+use super::offered::Offered;
 use crate::load::Candidate;
 use crate::policy::PerPod;
 
@@ -47,9 +48,9 @@ pub fn keep_overload_candidates(
     pods: &[Candidate<'_>],
     uncached: &[u64],
     slo_ms: f64,
-    offered_per_ms: f64,
+    offered: Offered,
 ) {
-    if let Some(allowed) = overload_candidates(pods, uncached, slo_ms, offered_per_ms) {
+    if let Some(allowed) = overload_candidates(pods, uncached, slo_ms, offered) {
         for (cost, allowed) in costs.iter_mut().zip(allowed) {
             if !allowed {
                 *cost = f64::INFINITY;
@@ -59,21 +60,24 @@ pub fn keep_overload_candidates(
 }
 
 /// Which of `pods` may take the request when every one of them is expected past `slo_ms`
-/// (`uncached[i]`: the blocks the request would prefill on pod `i`) and `offered_per_ms`,
-/// the prefill offered lately in blocks per millisecond, is at least what the pods prefill
-/// together; `None` when some pod is expected in time, is idle, or has not learned its
-/// prefill rate, or the fleet prefills faster than it is offered (the cost model chooses
-/// among all).
+/// (`uncached[i]`: the blocks the request would prefill on pod `i`) and the load `offered`
+/// lately is at least what the pods serve together: blocks to prefill at their learned
+/// rates, or requests through their batch slots once every pod has learned its slots;
+/// `None` when some pod is expected in time, is idle, or has not learned its prefill rate,
+/// or the fleet serves faster than it is offered (the cost model chooses among all).
 pub fn overload_candidates(
     pods: &[Candidate<'_>],
     uncached: &[u64],
     slo_ms: f64,
-    offered_per_ms: f64,
+    offered: Offered,
 ) -> Option<PerPod<bool>> {
     // The prefill queued on each pod, in milliseconds at its own rate.
     let mut waits = PerPod::with_capacity(pods.len());
     // Blocks per millisecond the pods prefill together, at their learned rates.
     let mut prefilled_per_ms = 0.0;
+    // Requests per millisecond their batch slots finish together, while every pod has
+    // learned its slots (`None` once one has not).
+    let mut finished_per_ms = Some(0.0);
     for (pod, &own) in pods.iter().zip(uncached) {
         let expected = expected(pod, own)?;
         let ms_per_block = pod.load.speed().prefill_ms_per_block()?;
@@ -83,8 +87,13 @@ pub fn overload_candidates(
         }
         waits.push(expected.queued_ms);
         prefilled_per_ms += 1.0 / ms_per_block;
+        finished_per_ms = finished_per_ms
+            .zip(pod.load.slots().finished_per_ms())
+            .map(|(a, b)| a + b);
     }
-    if offered_per_ms < prefilled_per_ms {
+    let outruns_prefill = offered.blocks_per_ms >= prefilled_per_ms;
+    let outruns_slots = finished_per_ms.is_some_and(|done| offered.requests_per_ms >= done);
+    if !outruns_prefill && !outruns_slots {
         return None;
     }
     let least = uncached.iter().copied().min()?;
