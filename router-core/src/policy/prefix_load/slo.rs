@@ -20,7 +20,7 @@
 //!   late pods).
 //!
 //! This only ever narrows the cost model's candidates, and only when every pod is late; the
-//! rule is off until every candidate has learned its prefill rate. Which pod is given up
+//! rule is off until every candidate has learned its prefill rate or its batch. Which pod is given up
 //! follows the queues, so when the one given up drains below the SLO it competes again. The
 //! evaluation of this rule against variants that also pass over late pods while another is
 //! in time (they lose where a busy engine prefills slower than its learned rate) is in
@@ -49,8 +49,8 @@ pub fn keep_overload_candidates(
 
 /// Which of `pods` may take the request when every one of them is expected past `slo_ms`
 /// (`uncached[i]`: the blocks the request would prefill on pod `i`); `None` when some pod
-/// is expected in time, is idle, or has not learned its prefill rate (the cost model
-/// chooses among all).
+/// is expected in time, is idle, or has learned neither its prefill rate nor its batch (the
+/// cost model chooses among all).
 pub fn overload_candidates(
     pods: &[Candidate<'_>],
     uncached: &[u64],
