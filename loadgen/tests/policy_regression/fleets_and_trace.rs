@@ -142,7 +142,7 @@ fn prefix_load_leads_every_route_in_overload_with_3k_token_prompts() {
 
 #[test]
 fn prefix_load_leads_every_route_in_overload_at_twice_the_rate_and_with_long_answers() {
-    // With the overload rule: 195 of 1 152 against prefix-cache's 192 at twice the rate, 230
+    // With the overload rule: 210 of 1 152 against prefix-cache's 192 at twice the rate, 237
     // against 213 with 256-token answers. Without the slot wait in the rule's expectation
     // (docs/POLICY-EVALUATION.md, "Slot waits in the expectation") 157 and 180: a pod whose
     // batch is full looked in time, so the rule never gave one up.

@@ -27,17 +27,22 @@ pub struct Expected {
 }
 
 /// The expectation on `pod` for a request that prefills `own_blocks` there; `None` before the
-/// pod has learned its prefill rate. The slot wait counts once the pod has learned its batch
-/// (else it is left out: the prefill queue alone).
+/// pod has learned its prefill rate or its batch. The slot wait counts once the pod has
+/// learned its batch (else it is left out: the prefill queue alone). A pod that has learned
+/// its batch but not its prefill rate has answered only requests that prefilled too little
+/// to teach it ([`MIN_PREFILL_BLOCKS`](crate::load::MIN_PREFILL_BLOCKS): cache hits), so its
+/// prefill is counted as nothing and its slot wait alone can make it late: in the hot cells
+/// of twice the seed's rate the hits' holder was full long before it learned a rate, and
+/// the rule waited (docs/POLICY-EVALUATION.md, "Slot waits in the expectation").
 pub fn expected(pod: &Candidate<'_>, own_blocks: u64) -> Option<Expected> {
-    let rate = pod.load.speed().prefill_ms_per_block()?;
+    let slot_wait_ms = pod.load.slots().wait_ms(pod.load.shared_outstanding());
+    let rate = match (pod.load.speed().prefill_ms_per_block(), slot_wait_ms) {
+        (Some(rate), _) => rate,
+        (None, Some(_)) => 0.0,
+        (None, None) => return None,
+    };
     let prefill_queue_ms = rate * pod.load.shared_pending_prefill_blocks() as f64;
-    let slot_wait_ms = pod
-        .load
-        .slots()
-        .wait_ms(pod.load.shared_outstanding())
-        .unwrap_or(0.0);
-    let queued_ms = slot_wait_ms + prefill_queue_ms;
+    let queued_ms = slot_wait_ms.unwrap_or(0.0) + prefill_queue_ms;
     Some(Expected {
         queued_ms,
         first_token_ms: queued_ms + rate * own_blocks as f64,
@@ -89,6 +94,41 @@ mod tests {
         // The prefill-only expectation saw 100 ms: in time for a 2 s SLO.
         let slo_ms = 2_000.0;
         assert!(first_token_ms(&full, 20) > slo_ms);
+    }
+
+    #[test]
+    fn a_full_batch_of_cache_hits_is_expected_late_before_any_prefill_rate() {
+        // Hits only (20 blocks each, below MIN_PREFILL_BLOCKS): no prefill rate, but the
+        // batch and its residence are learned, so the slot wait is expected.
+        let load = PodLoad::with_outstanding(12);
+        load.set_engine_stats(EngineStats {
+            running: 8,
+            waiting: 4,
+            kv_usage: 0.3,
+        });
+        load.observe(&Completed {
+            blocks: 300,
+            prefill_blocks: 20,
+            ttft: 300,
+            decode: 8_000,
+            usage: None,
+            behind_copy: false,
+        });
+        assert_eq!(load.speed().prefill_ms_per_block(), None);
+        // Four in line: the fifth completion, one every 1 s.
+        assert_eq!(first_token_ms(&load, 20), 5_000.0);
+        // Nothing learned at all: no expectation.
+        let pod = PodLoad::with_outstanding(12);
+        assert!(
+            expected(
+                &Candidate {
+                    name: "b",
+                    load: &pod
+                },
+                20
+            )
+            .is_none()
+        );
     }
 
     #[test]
