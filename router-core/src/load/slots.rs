@@ -79,12 +79,6 @@ impl BatchSlots {
         (residence > 0.0).then_some(residence)
     }
 
-    /// Requests per millisecond the slots finish when all are busy (`capacity / residence`),
-    /// once both are learned.
-    pub fn finished_per_ms(&self) -> Option<f64> {
-        Some(f64::from(self.capacity()?) / self.residence_ms()?)
-    }
-
     /// The expected wait for a slot of a request arriving with `outstanding` requests already
     /// on the pod (every gateway's): the requests beyond the capacity are in line before it,
     /// and it waits for one completion more than they are, one every `residence / capacity`.

@@ -153,7 +153,8 @@ impl Policy for PrefixLoad {
         let (mut costs, uncached) = self.costs(input, &percents, best, shared_prefix);
         if let Some(slo) = self.weights.ttft_slo_millis() {
             let least = uncached.iter().copied().min().unwrap_or(0);
-            let offered = self.offered.offer(input.now, least);
+            let outstanding = input.pods.iter().map(|p| p.load.shared_outstanding()).sum();
+            let offered = self.offered.offer(input.now, least, outstanding);
             slo::keep_overload_candidates(&mut costs, input.pods, &uncached, slo, offered);
         }
         if let Some(slo) = self.weights.copy_in_time_millis() {

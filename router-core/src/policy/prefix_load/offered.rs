@@ -1,20 +1,20 @@
 //! The load the fleet has been offered lately, for the overload rule ([`super::slo`]): the
-//! blocks each request brings to prefill at its best pod (its fewest uncached blocks), and
-//! the requests themselves, each summed with exponential decay over [`OFFERED_WINDOW_MS`],
-//! rates per millisecond.
+//! blocks each request brings to prefill at its best pod (its fewest uncached blocks), summed
+//! with exponential decay over [`OFFERED_WINDOW_MS`] (a rate in blocks per millisecond), and
+//! the fleet's outstanding requests averaged over the same window.
 //!
-//! The overload rule compares them with what the pods can do at their learned rates: the
-//! blocks with what they prefill, the requests with how many their batch slots finish. A
-//! backlog the fleet is offered less than it can serve (a burst, the cold start of a phase,
-//! one prompt too long for the SLO anywhere) drains by itself, and a pod given up for it would
-//! stay backed up past it; a backlog offered faster than the fleet prefills, or than its
-//! slots turn over, only grows.
+//! The overload rule compares the blocks with what the pods prefill at their learned rates,
+//! and the outstanding requests now with their mean: a backlog the fleet is offered less
+//! prefill than it does, or whose queue for batch slots is shrinking (a burst, the cold start
+//! of a phase, one prompt too long for the SLO anywhere), drains by itself, and a pod given up
+//! for it would stay backed up past it; a backlog offered faster than the fleet prefills, or
+//! whose slot queue does not shrink, only grows.
 
 use std::sync::{Mutex, PoisonError};
 
 use crate::Millis;
 
-/// How long an offered block counts (the decay's time constant). Long enough that a burst's
+/// How long an offered block (and an outstanding request) counts (the decay's time constant). Long enough that a burst's
 /// requests spread over it (the gamma-4 bursts of config/workloads/bursts.toml), short enough
 /// that a phase overloaded from its first request is seen as one within its first minute: at
 /// 30 s the 3k-token overload case gained 19 of its 154 (211 against 192), at 15 s 66, at
@@ -27,11 +27,11 @@ pub const OFFERED_WINDOW_MS: f64 = 10_000.0;
 pub struct Offered {
     /// Blocks to prefill (each request's fewest uncached blocks).
     pub blocks_per_ms: f64,
-    /// Requests, each of which holds a batch slot until it ends.
-    pub requests_per_ms: f64,
+    /// The fleet's outstanding requests, averaged over the window in time.
+    pub outstanding_mean: f64,
 }
 
-/// The decaying sums (see the module docs). One lock per decision, held for a few arithmetic
+/// The decaying sum and mean (see the module docs). One lock per decision, held for a few arithmetic
 /// operations.
 #[derive(Debug, Default)]
 pub struct OfferedLoad {
@@ -42,22 +42,22 @@ pub struct OfferedLoad {
 struct Decaying {
     /// When `offered` was last brought up to date.
     at: Millis,
-    /// The rates at `at`.
+    /// What was offered, as of `at`.
     offered: Offered,
 }
 
 impl OfferedLoad {
-    /// Adds a request that brings `blocks` to prefill at `now`, and returns the rates offered
-    /// with it. A `now` earlier than the last one (another gateway thread's clock read racing
+    /// Adds a request that brings `blocks` to prefill at `now`, routed while the fleet had
+    /// `outstanding` requests, and returns what was offered with it. A `now` earlier than the last one (another gateway thread's clock read racing
     /// this one) counts as the same instant.
-    pub fn offer(&self, now: Millis, blocks: u64) -> Offered {
+    pub fn offer(&self, now: Millis, blocks: u64, outstanding: u64) -> Offered {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let elapsed = now.saturating_sub(state.at) as f64;
         let kept = (-elapsed / OFFERED_WINDOW_MS).exp();
         let last = state.offered;
         state.offered = Offered {
             blocks_per_ms: last.blocks_per_ms * kept + blocks as f64 / OFFERED_WINDOW_MS,
-            requests_per_ms: last.requests_per_ms * kept + 1.0 / OFFERED_WINDOW_MS,
+            outstanding_mean: last.outstanding_mean * kept + outstanding as f64 * (1.0 - kept),
         };
         state.at = state.at.max(now);
         state.offered
@@ -72,16 +72,14 @@ mod tests {
     fn a_steady_stream_settles_at_its_rate_and_a_pause_lets_it_decay() {
         let offered = OfferedLoad::default();
         // 50 blocks every 100 ms: 0.5 blocks per ms, reached within a few windows.
-        // One request every 100 ms: 0.01 requests per ms.
         let mut rate = Offered::default();
         for i in 0..1_000 {
-            rate = offered.offer(i * 100, 50);
+            rate = offered.offer(i * 100, 50, 0);
         }
         assert!((rate.blocks_per_ms - 0.5).abs() < 0.02, "{rate:?}");
-        assert!((rate.requests_per_ms - 0.01).abs() < 0.0004, "{rate:?}");
         // One window later with one request bringing nothing to prefill, e⁻¹ of the blocks
         // is left.
-        let later = offered.offer(99_900 + 10_000, 0);
+        let later = offered.offer(99_900 + 10_000, 0, 0);
         let decayed = rate.blocks_per_ms / std::f64::consts::E;
         assert!((later.blocks_per_ms - decayed).abs() < 1e-9, "{later:?}");
     }
@@ -93,11 +91,26 @@ mod tests {
         // rate they arrived at.
         let mut rate = Offered::default();
         for _ in 0..20 {
-            rate = offered.offer(5_000, 300);
+            rate = offered.offer(5_000, 300, 0);
         }
         assert!((rate.blocks_per_ms - 0.6).abs() < 1e-9, "{rate:?}");
-        assert!((rate.requests_per_ms - 0.002).abs() < 1e-12, "{rate:?}");
         // A clock read that lags the last one does not decay it backwards.
-        assert!((offered.offer(4_000, 0).blocks_per_ms - 0.6).abs() < 1e-9);
+        assert!((offered.offer(4_000, 0, 0).blocks_per_ms - 0.6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_outstanding_mean_trails_a_growing_queue_and_leads_a_draining_one() {
+        let offered = OfferedLoad::default();
+        // One request more outstanding every 500 ms: the mean lags the count.
+        let mut last = Offered::default();
+        for i in 0..40 {
+            last = offered.offer(i * 500, 0, 10 + i);
+        }
+        assert!(last.outstanding_mean < 49.0, "{last:?}");
+        // Then the queue drains by one every 500 ms: the count falls below the mean.
+        for i in 0..10 {
+            last = offered.offer(20_000 + i * 500, 0, 49 - 4 * i);
+        }
+        assert!(last.outstanding_mean > 13.0, "{last:?}");
     }
 }

@@ -60,40 +60,27 @@ pub fn keep_overload_candidates(
 }
 
 /// Which of `pods` may take the request when every one of them is expected past `slo_ms`
-/// (`uncached[i]`: the blocks the request would prefill on pod `i`) and the load `offered`
-/// lately is at least what the pods serve together: blocks to prefill at their learned
-/// rates, or requests through their batch slots once every pod has learned its slots;
-/// `None` when some pod is expected in time, is idle, or has not learned its prefill rate,
-/// or the fleet serves faster than it is offered (the cost model chooses among all).
+/// (`uncached[i]`: the blocks the request would prefill on pod `i`) and the fleet is in
+/// overload ([`outruns_the_fleet`]); `None` when some pod is expected in time, is idle, or
+/// has learned neither its prefill rate nor its batch, or the backlog drains by itself (the
+/// cost model chooses among all).
 pub fn overload_candidates(
     pods: &[Candidate<'_>],
     uncached: &[u64],
     slo_ms: f64,
     offered: Offered,
 ) -> Option<PerPod<bool>> {
-    // The prefill queued on each pod, in milliseconds at its own rate.
+    // The wait on each pod before the request's own prefill, in milliseconds.
     let mut waits = PerPod::with_capacity(pods.len());
-    // Blocks per millisecond the pods prefill together, at their learned rates.
-    let mut prefilled_per_ms = 0.0;
-    // Requests per millisecond their batch slots finish together, while every pod has
-    // learned its slots (`None` once one has not).
-    let mut finished_per_ms = Some(0.0);
     for (pod, &own) in pods.iter().zip(uncached) {
         let expected = expected(pod, own)?;
-        let ms_per_block = pod.load.speed().prefill_ms_per_block()?;
         let late = pod.load.shared_outstanding() > 0 && expected.first_token_ms > slo_ms;
         if !late {
             return None;
         }
         waits.push(expected.queued_ms);
-        prefilled_per_ms += 1.0 / ms_per_block;
-        finished_per_ms = finished_per_ms
-            .zip(pod.load.slots().finished_per_ms())
-            .map(|(a, b)| a + b);
     }
-    let outruns_prefill = offered.blocks_per_ms >= prefilled_per_ms;
-    let outruns_slots = finished_per_ms.is_some_and(|done| offered.requests_per_ms >= done);
-    if !outruns_prefill && !outruns_slots {
+    if !outruns_the_fleet(pods, offered) {
         return None;
     }
     let least = uncached.iter().copied().min()?;
@@ -107,4 +94,29 @@ pub fn overload_candidates(
             .map(|i| adds_least(i) && waits[i] >= worst)
             .collect(),
     )
+}
+
+/// Whether the backlog of late pods grows rather than drains: the prefill `offered` lately is
+/// at least what the pods prefill together at their learned rates (once every pod has one),
+/// or every pod's batch slots are full and the fleet's outstanding requests are at least
+/// their mean over the window (a queue for slots that is not shrinking: requests arrive as
+/// fast as the slots turn over). A burst, a phase's cold start or one prompt too long for the
+/// SLO anywhere fails both: offered slower than the pods prefill, or a slot queue already
+/// draining.
+fn outruns_the_fleet(pods: &[Candidate<'_>], offered: Offered) -> bool {
+    let prefilled_per_ms: Option<f64> = pods
+        .iter()
+        .map(|pod| pod.load.speed().prefill_ms_per_block().map(|ms| 1.0 / ms))
+        .sum();
+    if prefilled_per_ms.is_some_and(|fleet| offered.blocks_per_ms >= fleet) {
+        return true;
+    }
+    let slots_full = pods.iter().all(|pod| {
+        pod.load
+            .slots()
+            .capacity()
+            .is_some_and(|slots| pod.load.shared_outstanding() >= u64::from(slots))
+    });
+    let outstanding: u64 = pods.iter().map(|pod| pod.load.shared_outstanding()).sum();
+    slots_full && outstanding as f64 >= offered.outstanding_mean
 }

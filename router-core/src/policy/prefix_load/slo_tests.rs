@@ -118,7 +118,7 @@ impl Fleet {
             ttft_slo_seconds: slo_seconds,
             ..PrefixLoadConfig::default()
         });
-        policy.offered.offer(0, offered);
+        policy.offered.offer(0, offered, 0);
         let mut rng = StdRng::seed_from_u64(7);
         policy
             .choose(&mut PolicyInput {
