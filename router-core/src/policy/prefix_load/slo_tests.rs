@@ -115,6 +115,7 @@ impl Fleet {
                 pods: &pods,
                 hashes,
                 index: &self.index,
+                recall: None,
                 rng: &mut rng,
                 now: 0,
             })
