@@ -41,7 +41,8 @@ fn prompt() -> String {
 }
 
 /// A router with `config` whose index is full: 200 000 blocks spread over eight pods, plus
-/// `text`'s blocks held by `owner`.
+/// `text`'s blocks held by `owner`. They are placed as decisions place them, so
+/// `prefix-load`'s recall holds its share of them too.
 fn full_router(config: RouterConfig, text: &str, owner: &str, pods: &[String]) -> Router {
     let router = Router::new(config).expect("the config is valid");
     let mut rng = StdRng::seed_from_u64(200_000);
@@ -49,13 +50,13 @@ fn full_router(config: RouterConfig, text: &str, owner: &str, pods: &[String]) -
     while router.index().len() < INDEX_BLOCKS {
         let hashes: Vec<u64> = (0..160).map(|_| rng.random()).collect();
         let pod = &pods[rng.random_range(0..pods.len())];
-        router.index().add(MODEL, &hashes, pod, now);
+        router.record_placement(MODEL, &hashes, pod, None, now);
         now += 1;
     }
     let hashes = router
         .hashes(text)
         .expect("character tokenizer cannot fail");
-    router.index().add(MODEL, &hashes, owner, now);
+    router.record_placement(MODEL, &hashes, owner, None, now);
     router
 }
 

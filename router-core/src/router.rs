@@ -11,7 +11,7 @@ use crate::Millis;
 use crate::config::{ConfigError, RouterConfig};
 use crate::decision::Decision;
 use crate::hash::block_hashes;
-use crate::index::PrefixIndex;
+use crate::index::{PrefixIndex, Recall};
 use crate::kv_sync::{
     Applied, DEFAULT_MAX_ENGINE_BLOCKS, KvEvent, PodSync, SyncError, SyncSettings,
 };
@@ -57,6 +57,8 @@ pub struct Router {
     config: RouterConfig,
     tokenizer: Box<dyn Tokenizer>,
     index: PrefixIndex,
+    /// `prefix-load`'s longer memory of the same placements (`None` when off).
+    recall: Option<Recall>,
     random: Random,
     least_request: LeastRequest,
     prefix_cache: PrefixCache,
@@ -69,6 +71,7 @@ impl Router {
         config.validate()?;
         Ok(Router {
             index: PrefixIndex::new(config.block_capacity, config.ttl_millis()),
+            recall: Recall::new(config.prefix_load.recall_blocks, config.ttl_millis()),
             tokenizer: tokenize::load(config.tokenizer, config.hf_tokenizer_path.as_deref())?,
             random: Random,
             least_request: LeastRequest,
@@ -86,6 +89,15 @@ impl Router {
     /// The prefix index (for sweeping and inspection).
     pub fn index(&self) -> &PrefixIndex {
         &self.index
+    }
+
+    /// Removes the index's blocks, and the recall's, not added to for longer than the TTL
+    /// (AIBrix's eviction sweep); returns how many index blocks went.
+    pub fn sweep(&self, now: Millis) -> usize {
+        if let Some(recall) = &self.recall {
+            recall.sweep(now);
+        }
+        self.index.sweep(now)
     }
 
     /// The request's block hashes under this router's tokenizer, block size and seed.
@@ -155,6 +167,9 @@ impl Router {
             return;
         };
         self.index.add(model, hashes, pod, now);
+        if let Some(recall) = &self.recall {
+            recall.add(model, hashes, pod, now);
+        }
         // Only `prefix-load`'s family term reads the families; with it off they cost nothing.
         if let Some(window) = self.prefix_load.family_window()
             && let Some(load) = load
@@ -171,6 +186,9 @@ impl Router {
     pub fn forget_placement(&self, model: &str, hashes: &[u64], pod: &str) {
         for &hash in hashes {
             self.index.remove(model, hash, pod);
+        }
+        if let Some(recall) = &self.recall {
+            recall.forget(model, hashes, pod);
         }
     }
 
@@ -221,6 +239,7 @@ impl Router {
             pods,
             hashes: &hashes,
             index: &self.index,
+            recall: self.recall.as_ref(),
             rng,
             now,
         });

@@ -275,3 +275,44 @@ fn an_invalid_config_is_refused() {
     .unwrap_err();
     assert_eq!(err.key, "block_size");
 }
+
+/// `prefix-load` recalls a placement the index has evicted (its `recall_blocks` memory);
+/// `prefix-cache`, which must stay AIBrix's, and a KV-synced router do not.
+#[test]
+fn prefix_load_recalls_what_the_index_forgot() {
+    let small_index = |kv_sync: bool| {
+        Router::new(
+            RouterConfig {
+                block_size: 4,
+                block_capacity: 16,
+                ..RouterConfig::default()
+            }
+            .for_kv_sync(kv_sync),
+        )
+        .unwrap()
+    };
+    // 32 blocks sent to "a", then 16 others to "b" fill the index and evict all of them.
+    let first = "0123456789abcdef".repeat(8);
+    let extended = format!("{first}and a follow-up question");
+    let (a, b) = (PodLoad::new(), PodLoad::new());
+    let pods = pods_a_and_b(&a, &b);
+    let mut rng = StdRng::seed_from_u64(0);
+    let route = |router: &Router, strategy, rng: &mut StdRng| {
+        let hashes = router.hashes(&first).unwrap();
+        router.record_placement("m", &hashes, "a", None, 0);
+        let other = router.hashes(&"z".repeat(64)).unwrap();
+        router.record_placement("m", &other, "b", None, 1);
+        assert_eq!(router.index().match_blocks("m", &hashes, &["a"]), [0]);
+        router
+            .route(strategy, &request(&extended), &pods, rng, 2)
+            .unwrap()
+            .decision
+    };
+    let recalled = route(&small_index(false), Strategy::PrefixLoad, &mut rng);
+    assert_eq!(recalled.pod_name, "a");
+    assert_eq!(recalled.match_percent, Some(84), "32 of 38 blocks");
+    let aibrix = route(&small_index(false), Strategy::PrefixCache, &mut rng);
+    assert_eq!(aibrix.match_percent, Some(0));
+    let synced = route(&small_index(true), Strategy::PrefixLoad, &mut rng);
+    assert_eq!(synced.match_percent, Some(0));
+}

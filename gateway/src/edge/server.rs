@@ -313,7 +313,7 @@ fn spawn_index_sweep(router: Arc<Router>, clock: Clock, interval: Duration) -> J
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            let removed = router.index().sweep(clock.now_ms());
+            let removed = router.sweep(clock.now_ms());
             if removed > 0 {
                 tracing::debug!(removed, "prefix index sweep");
             }

@@ -183,10 +183,13 @@ impl RouterConfig {
     /// These settings for a router whose index is fed by KV-event sync (`kv_sync`) or not:
     /// with sync the index sees the engines' caches, so `prefix-load` does not correct it
     /// with what responses taught (`learn_weight` 0; docs/ROUTING.md, "Learning from
-    /// responses"). The gateway and the simulator both build their routers through this.
+    /// responses"), nor remember placements the index forgot (`recall_blocks` 0): the
+    /// index follows the engines' evictions, which that memory would not see. The gateway
+    /// and the simulator both build their routers through this.
     pub fn for_kv_sync(mut self, kv_sync: bool) -> Self {
         if kv_sync {
             self.prefix_load.learn_weight = 0.0;
+            self.prefix_load.recall_blocks = 0;
         }
         self
     }

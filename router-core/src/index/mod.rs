@@ -46,8 +46,10 @@ use xxhash_rust::xxh64::xxh64;
 
 use crate::Millis;
 
+pub mod recall;
 mod shard;
 
+pub use recall::Recall;
 use shard::{ModelKey, PodKey, Shard};
 
 /// At most this many shards (a power of two).

@@ -15,7 +15,7 @@ use smallvec::SmallVec;
 
 use crate::Millis;
 use crate::decision::Selection;
-use crate::index::PrefixIndex;
+use crate::index::{PrefixIndex, Recall};
 use crate::load::Candidate;
 
 mod least_request;
@@ -44,6 +44,8 @@ pub struct PolicyInput<'a> {
     /// The request's block hashes; empty for policies that do not use the index.
     pub hashes: &'a [u64],
     pub index: &'a PrefixIndex,
+    /// `prefix-load`'s longer memory of placements, when on (no other policy reads it).
+    pub recall: Option<&'a Recall>,
     pub rng: &'a mut dyn RngCore,
     /// The caller's clock (see [`Millis`]), for signals that age.
     pub now: Millis,

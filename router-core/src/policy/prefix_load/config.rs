@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::error::ConfigError;
+use crate::index::recall;
 
 /// The weights of `prefix-load`'s cost (see `docs/POLICY.md`). The unit of cost is one
 /// prompt block of work already placed on a pod.
@@ -82,7 +83,24 @@ pub struct PrefixLoadConfig {
     /// onto a slow, busy replica is a miss that delays its queue (docs/POLICY-EVALUATION.md,
     /// "Unequal replicas: the cold cells, second pass").
     pub copy_in_time_seconds: f64,
+    /// `PREFIXGATE_PREFIX_LOAD_RECALL_BLOCKS`: how many prompt blocks back `prefix-load`
+    /// remembers where requests went, beyond the prefix index's `block_capacity`; 0 turns
+    /// the memory off. It keeps one block in [`recall::STRIDE`] (16), so it costs a
+    /// sixteenth of an index of that size (about 86 bytes a kept block: 2.2 MB at the
+    /// default 400 000) and recalls a prefix in steps of 16 blocks. The index keeps
+    /// AIBrix's 200 000 blocks for `prefix-cache`, while the engines behind it cache several
+    /// times that: on 16 H200s the index forgot about 330 prefixes of the Mooncake trace
+    /// that an engine still held (docs/POLICY-EVALUATION.md, "The recall: what the index
+    /// forgot"). Best near the engines' cache in router blocks (replicas × `num_gpu_blocks`
+    /// × engine block tokens × bytes per token / `block_size`): beyond it, it recalls
+    /// prefixes the engines have evicted. Not used with KV-event sync, whose index follows
+    /// the engines' evictions.
+    pub recall_blocks: usize,
 }
+
+/// The most [`PrefixLoadConfig::recall_blocks`] accepted: as many kept blocks as the
+/// index's own bound.
+pub const MAX_RECALL_BLOCKS: usize = crate::config::MAX_BLOCK_CAPACITY * recall::STRIDE;
 
 /// A prefix with this many requests in flight on its holders is hot: a copy of it is worth
 /// its own late first token, so [`PrefixLoadConfig::copy_in_time_seconds`] does not hold it
@@ -102,12 +120,13 @@ impl Default for PrefixLoadConfig {
             learn_weight: 1.0,
             ttft_slo_seconds: 2.0,
             copy_in_time_seconds: 0.0,
+            recall_blocks: 400_000,
         }
     }
 }
 
 /// The environment variables [`PrefixLoadConfig::apply_env`] reads, in `--help` order.
-pub const PREFIX_LOAD_ENV_NAMES: [&str; 10] = [
+pub const PREFIX_LOAD_ENV_NAMES: [&str; 11] = [
     "PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT",
@@ -118,6 +137,7 @@ pub const PREFIX_LOAD_ENV_NAMES: [&str; 10] = [
     "PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS",
     "PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS",
+    "PREFIXGATE_PREFIX_LOAD_RECALL_BLOCKS",
 ];
 
 /// Largest accepted weight: beyond it one term swamps the others entirely, which a user
@@ -142,6 +162,7 @@ impl PrefixLoadConfig {
             learn,
             slo,
             in_time,
+            recall,
         ] = PREFIX_LOAD_ENV_NAMES;
         for (name, field) in [
             (prefill, &mut self.prefill_weight),
@@ -160,6 +181,9 @@ impl PrefixLoadConfig {
         }
         if let Some(value) = lookup(learn) {
             self.learn_weight = share(learn, &value, value.trim().parse().ok())?;
+        }
+        if let Some(value) = lookup(recall) {
+            self.recall_blocks = blocks(recall, &value, value.trim().parse().ok())?;
         }
         Ok(())
     }
@@ -206,7 +230,25 @@ impl PrefixLoadConfig {
             &self.learn_weight.to_string(),
             Some(self.learn_weight),
         )?;
+        blocks(
+            "prefix_load.recall_blocks",
+            &self.recall_blocks.to_string(),
+            Some(self.recall_blocks),
+        )?;
         Ok(())
+    }
+}
+
+/// `parsed` as a count of blocks up to [`MAX_RECALL_BLOCKS`], or an error naming `key` and
+/// the raw `value`.
+fn blocks(key: &str, value: &str, parsed: Option<usize>) -> Result<usize, ConfigError> {
+    match parsed {
+        Some(n) if n <= MAX_RECALL_BLOCKS => Ok(n),
+        _ => Err(ConfigError {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            reason: format!("must be a whole number from 0 to {MAX_RECALL_BLOCKS}"),
+        }),
     }
 }
 
@@ -263,6 +305,7 @@ mod tests {
             ("PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT", "0.5"),
             ("PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS", "1.5"),
             ("PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS", "2"),
+            ("PREFIXGATE_PREFIX_LOAD_RECALL_BLOCKS", "64"),
         ])
         .unwrap();
         assert_eq!(
@@ -278,6 +321,7 @@ mod tests {
                 learn_weight: 0.5,
                 ttft_slo_seconds: 1.5,
                 copy_in_time_seconds: 2.0,
+                recall_blocks: 64,
             }
         );
         assert_eq!(config.family_window_millis(), 2500);

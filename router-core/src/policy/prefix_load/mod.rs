@@ -18,7 +18,8 @@
 //! ```
 //!
 //! - `uncached` = the request's full blocks minus those the pod holds as a leading run, per
-//!   the prefix index (`match% × blocks`, as `prefix-cache` matches), corrected by what
+//!   the prefix index (`match% × blocks`, as `prefix-cache` matches) or, when longer, its
+//!   recall of placements the index forgot ([`crate::index::Recall`]), corrected by what
 //!   the pod's responses taught about the index's view of it (`learn_weight`; the
 //!   engines' `cached_tokens`, [`crate::load::CacheTrust`]).
 //! - `active` = prompt blocks of the pod's outstanding requests ([`PodLoad::active_blocks`]):
@@ -137,6 +138,9 @@ impl Policy for PrefixLoad {
         let blocks = input.hashes.len() as u64;
         let mut held: PerPod<PodMatch> = input.pods.iter().map(|p| PodMatch::new(p.name)).collect();
         input.index.match_pods(input.model, input.hashes, &mut held);
+        if let Some(recall) = input.recall {
+            recall.extend(input.model, input.hashes, &mut held);
+        }
         let percents: PerPod<u8> = held
             .iter()
             .map(|pod| match_percent(pod.held(), input.hashes.len()))

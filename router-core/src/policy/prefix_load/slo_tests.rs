@@ -126,6 +126,7 @@ impl Fleet {
                 pods: &pods,
                 hashes,
                 index: &self.index,
+                recall: None,
                 rng: &mut rng,
                 now: 0,
             })

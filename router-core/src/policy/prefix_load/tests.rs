@@ -106,6 +106,7 @@ impl Cluster {
             pods: &pods,
             hashes,
             index: &self.index,
+            recall: None,
             rng: &mut rng,
             now,
         })
