@@ -107,6 +107,9 @@ impl InFlight {
     pub fn first_byte(&mut self, now: Millis) {
         if self.first_byte_at.is_none() {
             self.first_byte_at = Some(now);
+            if let Some(decided) = self.decided_at {
+                self.load.speed().answered(now.saturating_sub(decided), self.prefill_blocks);
+            }
         }
         self.release_prefill();
     }

@@ -95,6 +95,9 @@ pub struct ReplicaSpeed {
     prefill_ms_per_block: AtomicU64,
     /// `f64` bits of milliseconds per output token; 0 = not learned.
     decode_ms_per_token: AtomicU64,
+    /// EXPERIMENT: the latest first byte's TTFT, ms (f64 bits); 0 = none yet.
+    latest_ttft_ms: AtomicU64,
+    early_prefill: AtomicU64,
 }
 
 impl ReplicaSpeed {
@@ -115,8 +118,25 @@ impl ReplicaSpeed {
         }
     }
 
+    /// EXPERIMENT: a first byte came `ttft` after the decision.
+    pub fn answered(&self, ttft: Millis, prefill_blocks: u64) {
+        self.latest_ttft_ms
+            .store((ttft.max(1) as f64).to_bits(), Ordering::Relaxed);
+        if prefill_blocks >= MIN_PREFILL_BLOCKS && ttft > 0 {
+            nudge(&self.early_prefill, ttft as f64 / prefill_blocks as f64);
+        }
+    }
+
+    /// EXPERIMENT: the latest first byte's TTFT.
+    pub fn latest_ttft_ms(&self) -> Option<f64> {
+        read(&self.latest_ttft_ms)
+    }
+
     /// Milliseconds to prefill one block here, once learned.
     pub fn prefill_ms_per_block(&self) -> Option<f64> {
+        if std::env::var("PL_X").is_ok_and(|v| v.contains("fbrate")) {
+            return read(&self.prefill_ms_per_block).or_else(|| read(&self.early_prefill));
+        }
         read(&self.prefill_ms_per_block)
     }
 

@@ -148,6 +148,7 @@ impl Policy for PrefixLoad {
         if let Some(slo) = self.weights.copy_in_time_millis() {
             in_time::pass_over_late_copies(input, &percents, best, shared_prefix, slo, &mut costs);
         }
+        in_time::pass_over_queued(input, &percents, best, shared_prefix, &mut costs);
         let pod = cheapest(&costs, input.rng);
         let chosen = percents[pod];
         let selection = if best == 0 {
