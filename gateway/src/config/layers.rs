@@ -89,6 +89,10 @@ pub const ENV_ALIASES: &[(&str, &str)] = &[
         "PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS",
         "routing.prefix_load.copy_in_time_seconds",
     ),
+    (
+        "PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS",
+        "routing.prefix_load.give_up_late_seconds",
+    ),
 ];
 
 /// Where a setting's value came from.

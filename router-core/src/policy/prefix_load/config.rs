@@ -78,6 +78,15 @@ pub struct PrefixLoadConfig {
     /// onto a slow, busy replica is a miss that delays its queue (docs/POLICY-EVALUATION.md,
     /// "Unequal replicas: the cold cells, second pass").
     pub copy_in_time_seconds: f64,
+    /// `PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS`: 0 (the default) leaves the rule out.
+    /// When set, and every pod is full (its engine's latest scrape showed requests waiting)
+    /// while the pod whose latest answer came latest took longer than
+    /// this to its first token and is slow (its learned prefill rate at least 1.5 times the
+    /// fastest pod's), the request goes to that pod, so the faster pods keep answering in
+    /// time instead of all falling behind together. Needs engine scrapes. 4 (twice a 2 s
+    /// TTFT target) for unequal replicas (docs/POLICY-EVALUATION.md, "Unequal replicas:
+    /// giving up the slow replica").
+    pub give_up_late_seconds: f64,
 }
 
 /// A prefix with this many requests in flight on its holders is hot: a copy of it is worth
@@ -98,12 +107,13 @@ impl Default for PrefixLoadConfig {
             learn_weight: 1.0,
             ttft_slo_seconds: 0.0,
             copy_in_time_seconds: 0.0,
+            give_up_late_seconds: 0.0,
         }
     }
 }
 
 /// The environment variables [`PrefixLoadConfig::apply_env`] reads, in `--help` order.
-pub const PREFIX_LOAD_ENV_NAMES: [&str; 10] = [
+pub const PREFIX_LOAD_ENV_NAMES: [&str; 11] = [
     "PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT",
@@ -114,6 +124,7 @@ pub const PREFIX_LOAD_ENV_NAMES: [&str; 10] = [
     "PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS",
     "PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS",
+    "PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS",
 ];
 
 /// Largest accepted weight: beyond it one term swamps the others entirely, which a user
@@ -138,6 +149,7 @@ impl PrefixLoadConfig {
             learn,
             slo,
             in_time,
+            give_up,
         ] = PREFIX_LOAD_ENV_NAMES;
         for (name, field) in [
             (prefill, &mut self.prefill_weight),
@@ -149,6 +161,7 @@ impl PrefixLoadConfig {
             (copy, &mut self.copy_weight),
             (slo, &mut self.ttft_slo_seconds),
             (in_time, &mut self.copy_in_time_seconds),
+            (give_up, &mut self.give_up_late_seconds),
         ] {
             if let Some(value) = lookup(name) {
                 *field = weight(name, &value, value.trim().parse().ok())?;
@@ -176,6 +189,11 @@ impl PrefixLoadConfig {
         (self.copy_in_time_seconds > 0.0).then_some(self.copy_in_time_seconds * 1000.0)
     }
 
+    /// [`give_up_late_seconds`](Self::give_up_late_seconds) in milliseconds, when set.
+    pub fn give_up_late_millis(&self) -> Option<f64> {
+        (self.give_up_late_seconds > 0.0).then_some(self.give_up_late_seconds * 1000.0)
+    }
+
     /// Checks weights read from a file (finite, 0 to 10⁶).
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (key, value) in [
@@ -193,6 +211,10 @@ impl PrefixLoadConfig {
             (
                 "prefix_load.copy_in_time_seconds",
                 self.copy_in_time_seconds,
+            ),
+            (
+                "prefix_load.give_up_late_seconds",
+                self.give_up_late_seconds,
             ),
         ] {
             weight(key, &value.to_string(), Some(value))?;
@@ -259,6 +281,7 @@ mod tests {
             ("PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT", "0.5"),
             ("PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS", "1.5"),
             ("PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS", "2"),
+            ("PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS", "4"),
         ])
         .unwrap();
         assert_eq!(
@@ -274,6 +297,7 @@ mod tests {
                 learn_weight: 0.5,
                 ttft_slo_seconds: 1.5,
                 copy_in_time_seconds: 2.0,
+                give_up_late_seconds: 4.0,
             }
         );
         assert_eq!(config.family_window_millis(), 2500);
@@ -282,6 +306,8 @@ mod tests {
         assert_eq!(off.ttft_slo_millis(), None);
         assert_eq!(config.copy_in_time_millis(), Some(2000.0));
         assert_eq!(PrefixLoadConfig::default().copy_in_time_millis(), None);
+        assert_eq!(config.give_up_late_millis(), Some(4000.0));
+        assert_eq!(PrefixLoadConfig::default().give_up_late_millis(), None);
         assert_eq!(with_env(&[]).unwrap(), PrefixLoadConfig::default());
         PrefixLoadConfig::default().validate().unwrap();
     }
