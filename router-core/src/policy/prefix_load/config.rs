@@ -78,12 +78,13 @@ pub struct PrefixLoadConfig {
     /// onto a slow, busy replica is a miss that delays its queue (docs/POLICY-EVALUATION.md,
     /// "Unequal replicas: the cold cells, second pass").
     pub copy_in_time_seconds: f64,
-    /// `PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS`: 0 (the default) leaves the rule out.
-    /// When set, and every pod is full (its engine's latest scrape showed requests waiting)
-    /// while the pod whose latest answer came latest took longer than
-    /// this to its first token and is slow (its learned prefill rate at least 1.5 times the
-    /// fastest pod's), the request goes to that pod, so the faster pods keep answering in
-    /// time instead of all falling behind together. Needs engine scrapes. 4 (twice a 2 s
+    /// `PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS`: under overload, how late a slow pod's
+    /// latest first token must be for the pod to be given up on purpose; 0 (the default)
+    /// leaves the rule out. When set, and every pod is full (its engine's latest scrape
+    /// showed requests waiting) while the pod whose latest answer came latest took longer
+    /// than this to its first token and is slow (its learned prefill rate at least 1.5 times
+    /// the fastest pod's), the request goes to that pod, so the faster pods keep answering
+    /// in time instead of all falling behind together. Needs engine scrapes. 4 (twice a 2 s
     /// TTFT target) for unequal replicas (docs/POLICY-EVALUATION.md, "Unequal replicas:
     /// giving up the slow replica").
     pub give_up_late_seconds: f64,
