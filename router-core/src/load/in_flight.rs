@@ -105,11 +105,17 @@ impl InFlight {
 
     /// The first response byte arrived at `now`: the pod has prefilled this request, so its
     /// blocks stop counting as pending prefill (and it as unanswered), and a copy of its
-    /// prefix is usable there from now on. Only the first call counts; the outstanding count and active blocks stay
-    /// until the request ends.
+    /// prefix is usable there from now on; the pod's speed learns its time to first token
+    /// ([`ReplicaSpeed::answered`](super::ReplicaSpeed::answered)). Only the first call
+    /// counts; the outstanding count and active blocks stay until the request ends.
     pub fn first_byte(&mut self, now: Millis) {
         if self.first_byte_at.is_none() {
             self.first_byte_at = Some(now);
+            if let Some(decided) = self.decided_at {
+                self.load
+                    .speed()
+                    .answered(now.saturating_sub(decided), self.prefill_blocks);
+            }
         }
         self.release_prefill();
     }

@@ -13,6 +13,14 @@
 //! - **decode**: milliseconds per output token after the first (inter-token time), from
 //!   requests with at least two.
 //!
+//! The prefill estimate is also taught at each request's **first byte**, from the blocks the
+//! router expected it to prefill, as a stand-in until a finished request teaches the
+//! corrected one: a replica's first request ends only after its whole answer (about 20 s on
+//! the slow simulated L20), long after a cold phase has placed its families, whereas its
+//! first token comes within seconds (docs/POLICY-EVALUATION.md, "Unequal replicas: giving
+//! up the slow replica"). The first byte also records the latest time to first token, how
+//! backed up the replica is right now.
+//!
 //! Both are **low quantiles**, not means: waiting in a queue only ever makes a request
 //! slower than the replica is, so an observation below the estimate pulls it down by half
 //! the gap and one above pushes it up by 1/32 of it (an asymmetric average settles near the
@@ -95,6 +103,11 @@ pub struct ReplicaSpeed {
     prefill_ms_per_block: AtomicU64,
     /// `f64` bits of milliseconds per output token; 0 = not learned.
     decode_ms_per_token: AtomicU64,
+    /// `f64` bits of milliseconds per block to first byte, from the router's expected
+    /// prefill (no engine report yet); 0 = not learned.
+    answered_ms_per_block: AtomicU64,
+    /// `f64` bits of the latest first byte's time to first token; 0 = none yet.
+    latest_ttft_ms: AtomicU64,
 }
 
 impl ReplicaSpeed {
@@ -115,9 +128,29 @@ impl ReplicaSpeed {
         }
     }
 
-    /// Milliseconds to prefill one block here, once learned.
+    /// Learns from one request's first byte, `ttft` after it was decided, for a request the
+    /// router expected to prefill `prefill_blocks` here.
+    pub fn answered(&self, ttft: Millis, prefill_blocks: u64) {
+        // At least 1 ms, so that an answer always reads as known.
+        self.latest_ttft_ms
+            .store((ttft.max(1) as f64).to_bits(), Ordering::Relaxed);
+        if prefill_blocks >= MIN_PREFILL_BLOCKS && ttft > 0 {
+            nudge(
+                &self.answered_ms_per_block,
+                ttft as f64 / prefill_blocks as f64,
+            );
+        }
+    }
+
+    /// Milliseconds to prefill one block here, once learned: from finished requests (whose
+    /// engine said what it really prefilled), else from first bytes.
     pub fn prefill_ms_per_block(&self) -> Option<f64> {
-        read(&self.prefill_ms_per_block)
+        read(&self.prefill_ms_per_block).or_else(|| read(&self.answered_ms_per_block))
+    }
+
+    /// The time to first token of the latest request that answered here, in milliseconds.
+    pub fn latest_ttft_ms(&self) -> Option<f64> {
+        read(&self.latest_ttft_ms)
     }
 
     /// Milliseconds per output token here, once learned.
@@ -220,6 +253,23 @@ mod tests {
         assert!((ratio - 2.0).abs() < 1e-9, "{ratio}");
         let ratio = slow.decode_ms_per_token().unwrap() / fast.decode_ms_per_token().unwrap();
         assert!((ratio - 1.5).abs() < 1e-9, "{ratio}");
+    }
+
+    #[test]
+    fn a_first_byte_teaches_the_rate_until_a_finished_request_does() {
+        let speed = ReplicaSpeed::default();
+        speed.answered(300, 20);
+        assert_eq!(speed.prefill_ms_per_block(), None, "a hit teaches no rate");
+        assert_eq!(speed.latest_ttft_ms(), Some(300.0));
+        speed.answered(1200, 100);
+        assert_eq!(speed.prefill_ms_per_block(), Some(12.0));
+        assert_eq!(speed.latest_ttft_ms(), Some(1200.0));
+        // A finished request's rate, corrected by the engine's report, takes over.
+        speed.observe(&done(100, 600, 0, 1));
+        assert_eq!(speed.prefill_ms_per_block(), Some(6.0));
+        speed.answered(2000, 100);
+        assert_eq!(speed.prefill_ms_per_block(), Some(6.0));
+        assert_eq!(speed.latest_ttft_ms(), Some(2000.0));
     }
 
     #[test]

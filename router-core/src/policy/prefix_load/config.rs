@@ -96,6 +96,16 @@ pub struct PrefixLoadConfig {
     /// prefixes the engines have evicted. Not used with KV-event sync, whose index follows
     /// the engines' evictions.
     pub recall_blocks: usize,
+    /// `PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS`: under overload, how late a slow pod's
+    /// latest first token must be for the pod to be given up on purpose; 0 (the default)
+    /// leaves the rule out. When set, and every pod is full (its engine's latest scrape
+    /// showed requests waiting) while the pod whose latest answer came latest took longer
+    /// than this to its first token and is slow (its learned prefill rate at least 1.5 times
+    /// the fastest pod's), the request goes to that pod, so the faster pods keep answering
+    /// in time instead of all falling behind together. Needs engine scrapes. 4 (twice a 2 s
+    /// TTFT target) for unequal replicas (docs/POLICY-EVALUATION.md, "Unequal replicas:
+    /// giving up the slow replica").
+    pub give_up_late_seconds: f64,
 }
 
 /// The most [`PrefixLoadConfig::recall_blocks`] accepted: as many kept blocks as the
@@ -121,6 +131,7 @@ impl Default for PrefixLoadConfig {
             ttft_slo_seconds: 2.0,
             copy_in_time_seconds: 0.0,
             recall_blocks: 400_000,
+            give_up_late_seconds: 0.0,
         }
     }
 }
@@ -138,6 +149,7 @@ pub const PREFIX_LOAD_ENV_NAMES: [&str; 11] = [
     "PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS",
     "PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS",
     "PREFIXGATE_PREFIX_LOAD_RECALL_BLOCKS",
+    "PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS",
 ];
 
 /// Largest accepted weight: beyond it one term swamps the others entirely, which a user
@@ -163,6 +175,7 @@ impl PrefixLoadConfig {
             slo,
             in_time,
             recall,
+            give_up,
         ] = PREFIX_LOAD_ENV_NAMES;
         for (name, field) in [
             (prefill, &mut self.prefill_weight),
@@ -174,6 +187,7 @@ impl PrefixLoadConfig {
             (copy, &mut self.copy_weight),
             (slo, &mut self.ttft_slo_seconds),
             (in_time, &mut self.copy_in_time_seconds),
+            (give_up, &mut self.give_up_late_seconds),
         ] {
             if let Some(value) = lookup(name) {
                 *field = weight(name, &value, value.trim().parse().ok())?;
@@ -204,6 +218,11 @@ impl PrefixLoadConfig {
         (self.copy_in_time_seconds > 0.0).then_some(self.copy_in_time_seconds * 1000.0)
     }
 
+    /// [`give_up_late_seconds`](Self::give_up_late_seconds) in milliseconds, when set.
+    pub fn give_up_late_millis(&self) -> Option<f64> {
+        (self.give_up_late_seconds > 0.0).then_some(self.give_up_late_seconds * 1000.0)
+    }
+
     /// Checks weights read from a file (finite, 0 to 10⁶).
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (key, value) in [
@@ -221,6 +240,10 @@ impl PrefixLoadConfig {
             (
                 "prefix_load.copy_in_time_seconds",
                 self.copy_in_time_seconds,
+            ),
+            (
+                "prefix_load.give_up_late_seconds",
+                self.give_up_late_seconds,
             ),
         ] {
             weight(key, &value.to_string(), Some(value))?;
@@ -306,6 +329,7 @@ mod tests {
             ("PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS", "1.5"),
             ("PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS", "2"),
             ("PREFIXGATE_PREFIX_LOAD_RECALL_BLOCKS", "64"),
+            ("PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS", "4"),
         ])
         .unwrap();
         assert_eq!(
@@ -322,6 +346,7 @@ mod tests {
                 ttft_slo_seconds: 1.5,
                 copy_in_time_seconds: 2.0,
                 recall_blocks: 64,
+                give_up_late_seconds: 4.0,
             }
         );
         assert_eq!(config.family_window_millis(), 2500);
@@ -331,6 +356,8 @@ mod tests {
         assert_eq!(config.copy_in_time_millis(), Some(2000.0));
         assert_eq!(PrefixLoadConfig::default().ttft_slo_millis(), Some(2000.0));
         assert_eq!(PrefixLoadConfig::default().copy_in_time_millis(), None);
+        assert_eq!(config.give_up_late_millis(), Some(4000.0));
+        assert_eq!(PrefixLoadConfig::default().give_up_late_millis(), None);
         assert_eq!(with_env(&[]).unwrap(), PrefixLoadConfig::default());
         PrefixLoadConfig::default().validate().unwrap();
     }

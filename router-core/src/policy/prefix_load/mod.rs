@@ -83,6 +83,11 @@
 //! than that (its learned prefill rate × the prefill pending there and the copy's) is passed
 //! over before the cheapest is taken, unless the prefix is hot ([`in_time`]).
 //!
+//! With `give_up_late_seconds` set, when every pod is full (its engine reports requests
+//! waiting) and the pod whose latest answer came latest took longer than that and
+//! is slow (its learned prefill rate well above the fastest pod's), the request goes to it:
+//! the fleet is overloaded, and the fast pods keep what they can serve in time ([`give_up`]).
+//!
 //! With no full block (an empty or short prompt) nothing can be cached: the choice is by
 //! outstanding count, as `least-request`.
 //!
@@ -103,6 +108,7 @@ use crate::load::{PodLoad, PrefixCounts};
 
 pub mod config;
 mod expected;
+mod give_up;
 mod in_time;
 mod offered;
 pub mod slo;
@@ -163,6 +169,9 @@ impl Policy for PrefixLoad {
         }
         if let Some(slo) = self.weights.copy_in_time_millis() {
             in_time::pass_over_late_copies(input, &percents, best, shared_prefix, slo, &mut costs);
+        }
+        if let Some(late) = self.weights.give_up_late_millis() {
+            give_up::send_to_given_up(input, late, &mut costs);
         }
         let pod = cheapest(&costs, input.rng);
         let chosen = percents[pod];

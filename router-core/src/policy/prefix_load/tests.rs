@@ -493,3 +493,6 @@ proptest::proptest! {
 
 #[path = "in_time_tests.rs"]
 mod in_time_tests;
+
+#[path = "give_up_tests.rs"]
+mod give_up_tests;
