@@ -92,6 +92,8 @@ pub const ENV_ALIASES: &[(&str, &str)] = &[
     (
         "PREFIXGATE_PREFIX_LOAD_RECALL_BLOCKS",
         "routing.prefix_load.recall_blocks",
+    ),
+    (
         "PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS",
         "routing.prefix_load.give_up_late_seconds",
     ),

@@ -137,7 +137,7 @@ impl Default for PrefixLoadConfig {
 }
 
 /// The environment variables [`PrefixLoadConfig::apply_env`] reads, in `--help` order.
-pub const PREFIX_LOAD_ENV_NAMES: [&str; 11] = [
+pub const PREFIX_LOAD_ENV_NAMES: [&str; 12] = [
     "PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT",
