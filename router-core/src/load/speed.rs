@@ -142,10 +142,21 @@ impl ReplicaSpeed {
         }
     }
 
-    /// Milliseconds to prefill one block here, once learned: from finished requests (whose
-    /// engine said what it really prefilled), else from first bytes.
+    /// Milliseconds to prefill one block here, once learned from finished requests (whose
+    /// engine said what it really prefilled).
     pub fn prefill_ms_per_block(&self) -> Option<f64> {
-        read(&self.prefill_ms_per_block).or_else(|| read(&self.answered_ms_per_block))
+        read(&self.prefill_ms_per_block)
+    }
+
+    /// [`prefill_ms_per_block`](Self::prefill_ms_per_block), else the stand-in taught by
+    /// first bytes: known within seconds of a replica's first answer. Only the slow-replica
+    /// rule reads it (`give_up_late_seconds`): the time rules judging a pod's queue
+    /// (`ttft_slo_seconds`, `copy_in_time_seconds`) wait for the corrected rate, because
+    /// acting on the stand-in during a phase's cold start cost the seed matrix's r2
+    /// cold-uniform cell a request (79 -> 78).
+    pub fn early_prefill_ms_per_block(&self) -> Option<f64> {
+        self.prefill_ms_per_block()
+            .or_else(|| read(&self.answered_ms_per_block))
     }
 
     /// The time to first token of the latest request that answered here, in milliseconds.
@@ -259,16 +270,21 @@ mod tests {
     fn a_first_byte_teaches_the_rate_until_a_finished_request_does() {
         let speed = ReplicaSpeed::default();
         speed.answered(300, 20);
-        assert_eq!(speed.prefill_ms_per_block(), None, "a hit teaches no rate");
+        assert_eq!(
+            speed.early_prefill_ms_per_block(),
+            None,
+            "a hit teaches no rate"
+        );
         assert_eq!(speed.latest_ttft_ms(), Some(300.0));
         speed.answered(1200, 100);
-        assert_eq!(speed.prefill_ms_per_block(), Some(12.0));
+        assert_eq!(speed.early_prefill_ms_per_block(), Some(12.0));
+        assert_eq!(speed.prefill_ms_per_block(), None, "only the stand-in");
         assert_eq!(speed.latest_ttft_ms(), Some(1200.0));
         // A finished request's rate, corrected by the engine's report, takes over.
         speed.observe(&done(100, 600, 0, 1));
-        assert_eq!(speed.prefill_ms_per_block(), Some(6.0));
+        assert_eq!(speed.early_prefill_ms_per_block(), Some(6.0));
         speed.answered(2000, 100);
-        assert_eq!(speed.prefill_ms_per_block(), Some(6.0));
+        assert_eq!(speed.early_prefill_ms_per_block(), Some(6.0));
         assert_eq!(speed.latest_ttft_ms(), Some(2000.0));
     }
 

@@ -39,7 +39,7 @@ pub fn send_to_given_up(input: &PolicyInput<'_>, late_millis: f64, costs: &mut [
     if latest_of_all <= late_millis {
         return;
     }
-    let rate = |pod: &Candidate<'_>| pod.load.speed().prefill_ms_per_block();
+    let rate = |pod: &Candidate<'_>| pod.load.speed().early_prefill_ms_per_block();
     let fastest = input
         .pods
         .iter()
