@@ -110,7 +110,7 @@ fn prefix_load_leads_every_route_with_a_slow_replica_at_one_rps() {
 
 #[test]
 fn prefix_load_leads_every_routes_total_with_a_slow_replica_at_the_seed_rate() {
-    // Today: 860 against least-request's 560. The cold and warm cells fall short (up to 31
+    // Today: 880 against least-request's 560. The cold cells fall short (up to 31
     // below prefix-cache, docs/POLICY.md, "Where it loses"), so only the total is held.
     let goods = unequal_pair(1.6);
     assert_total_leads("L20 + slow L20, 1.6 rps", &totals(&goods), &table(&goods));
@@ -133,8 +133,8 @@ fn overload(text: &str, name: &str) -> Goods {
 
 #[test]
 fn prefix_load_leads_every_route_in_overload_with_3k_token_prompts() {
-    // With the overload rule: 430 of 1 152 against prefix-cache's 250; 192 (least-request's
-    // figure) without it (the default), which spreads the misses over both replicas.
+    // With the overload rule (the default): 431 of 1 152 against prefix-cache's 250; 192
+    // (least-request's figure) without it, which spreads the misses over both replicas.
     let goods = overload(OVERLOAD_3K, "overload-3k");
     assert_eq!(goods.len(), 12);
     assert_total_leads("3k-token prompts, 1.6 rps", &totals(&goods), &table(&goods));
@@ -142,10 +142,11 @@ fn prefix_load_leads_every_route_in_overload_with_3k_token_prompts() {
 
 #[test]
 fn prefix_load_leads_every_route_in_overload_at_twice_the_rate_and_with_long_answers() {
-    // With the overload rule: 210 of 1 152 against prefix-cache's 192 at twice the rate, 237
-    // against 213 with 256-token answers. Without the slot wait in the rule's expectation
-    // (docs/POLICY-EVALUATION.md, "Slot waits in the expectation") 157 and 180: a pod whose
-    // batch is full looked in time, so the rule never gave one up.
+    // With the overload rule (the default): 210 of 1 152 against prefix-cache's 192 at twice
+    // the rate, 237 against 213 with 256-token answers. Without the slot wait in the rule's
+    // expectation 157 and 180 (a pod whose batch is full looked in time, so the rule never
+    // gave one up), without the gate's slot-queue arm 158 and 182 (docs/POLICY-EVALUATION.md,
+    // "Slot waits in the expectation", "The merged overload rule").
     let goods = overload(OVERLOAD, "overload");
     assert_eq!(goods.len(), 24);
     for case in ["rate2x", "out256"] {

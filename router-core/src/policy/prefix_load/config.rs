@@ -64,13 +64,14 @@ pub struct PrefixLoadConfig {
     /// pod is expected to give a request its first token later than this (the wait for a
     /// batch slot when its outstanding requests fill the batch its engine was seen running,
     /// then each pod's prefill rate, learned from its answers, times the prefill pending there
-    /// and the request's own) and the prefill offered over the last seconds outruns what the
-    /// pods prefill at those rates, the request goes to the most backed-up of the pods where
-    /// it adds the least prefill, so the other pods keep answering within it instead of all
-    /// missing it together. While some pod is expected in time, or the fleet prefills faster
-    /// than it is offered (a burst, a phase's cold start, a prompt too long for the SLO
+    /// and the request's own) and the backlog grows (the prefill offered over the last seconds
+    /// outruns what the pods prefill at those rates, or every batch is full and the fleet's
+    /// outstanding requests are not falling), the request goes to the most backed-up of the
+    /// pods where it adds the least prefill, so the other pods keep answering within it
+    /// instead of all missing it together. While some pod is expected in time, or the backlog
+    /// drains by itself (a burst, a phase's cold start, a prompt too long for the SLO
     /// anywhere), the cost model chooses as without it (docs/POLICY-EVALUATION.md, "The
-    /// overload rule, gated by the offered prefill").
+    /// overload rule, gated by the offered prefill", "The merged overload rule").
     pub ttft_slo_seconds: f64,
     /// `PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS`: a TTFT target for copies; 0 (the
     /// default) leaves it out. When set, a busy pod below the best match (a copy) is passed

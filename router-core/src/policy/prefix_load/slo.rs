@@ -12,15 +12,15 @@
 //! requests find the prefix there).
 //!
 //! - Some pod is not late: the rule does nothing, the cost model chooses.
-//! - Every pod is late, but the prefill offered lately ([`super::offered`]) is less than the
-//!   pods prefill together at their learned rates (the sum of their blocks per millisecond):
-//!   the backlog is a burst, the cold start of a phase or a prompt too long for the SLO
-//!   anywhere, and it drains by itself. The rule does nothing: a pod given up for it would
-//!   stay backed up after it, and its families with it (on the whole Mooncake trace at 8
-//!   replicas the rule sank every long cold prompt onto one pod, whose requests came to
-//!   wait ten minutes for a first token).
-//! - Every pod is late and the prefill offered outruns the fleet (overload): the request goes
-//!   to the most backed-up (the most prefill pending, in time) of the pods where it adds the
+//! - Every pod is late, but the backlog drains by itself ([`outruns_the_fleet`]: the prefill
+//!   offered lately, [`super::offered`], is less than the pods prefill together at their
+//!   learned rates, and no queue for batch slots stands still or grows): a burst, the cold
+//!   start of a phase or a prompt too long for the SLO anywhere. The rule does nothing: a pod
+//!   given up for it would stay backed up after it, and its families with it (on the whole
+//!   Mooncake trace at 8 replicas the ungated rule sank every long cold prompt onto one pod,
+//!   whose requests came to wait ten minutes for a first token).
+//! - Every pod is late and the backlog grows (overload): the request goes
+//!   to the most backed-up (the longest wait: for a slot, then the prefill pending) of the pods where it adds the
 //!   least prefill: its holders, or any pod for a new family; the cost model breaks ties
 //!   among them. Every newcomer there misses already, so this one takes no room from a
 //!   request that could still be in time, the other pods drain and answer theirs within the
@@ -28,13 +28,13 @@
 //!   well and leave the family on two late pods).
 //!
 //! This only ever narrows the cost model's candidates, and only in overload; the rule is off
-//! until every candidate has learned its prefill rate. Which pod is given up follows the
-//! queues, so when the one given up drains below the SLO it competes again, and when the
-//! offered prefill falls below what the fleet prefills every pod competes again. The
-//! evaluation (variants that pass over late pods while another is in time, the rule without
-//! the offered-prefill gate, the gate's window) is in docs/POLICY-EVALUATION.md, "A TTFT-SLO
-//! rule at each replica's own rate", "The overload rule" and "The overload rule, gated by the
-//! offered prefill".
+//! until every candidate has learned its prefill rate or its batch. Which pod is given up
+//! follows the queues, so when the one given up drains below the SLO it competes again, and
+//! when the backlog starts to drain every pod competes again. The evaluation (variants that
+//! pass over late pods while another is in time, the rule without the gate, the gate's
+//! window, the slot queue's arm) is in docs/POLICY-EVALUATION.md, "A TTFT-SLO rule at each
+//! replica's own rate", "The overload rule", "The overload rule, gated by the offered
+//! prefill" and "The merged overload rule".
 
 use super::expected::expected;
 use super::offered::Offered;
