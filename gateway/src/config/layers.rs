@@ -369,8 +369,14 @@ fn parse_value(kind: &Kind, text: &str) -> Result<toml::Value, String> {
             )]
             let as_float = n as f64;
             if min.is_some_and(|m| as_float < m) || max.is_some_and(|m| as_float > m) {
-                let (lo, hi) = (min.unwrap_or(f64::MIN), max.unwrap_or(f64::MAX));
-                return Err(format!("expected a whole number from {lo} to {hi}"));
+                // A bound the type does not set is left unsaid (an unsigned count has a
+                // minimum only), rather than printed as f64's 309-digit extreme.
+                return Err(match (min, max) {
+                    (Some(lo), Some(hi)) => format!("expected a whole number from {lo} to {hi}"),
+                    (Some(lo), None) => format!("expected a whole number of at least {lo}"),
+                    (None, Some(hi)) => format!("expected a whole number of at most {hi}"),
+                    (None, None) => "expected a whole number".to_owned(),
+                });
             }
             toml::Value::Integer(n)
         }

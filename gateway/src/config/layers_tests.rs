@@ -203,6 +203,14 @@ fn a_value_out_of_range_names_the_setting_and_its_layer() {
         error.contains("routing.prefix_load.copy_weight from --set"),
         "{error}"
     );
+    // An unsigned count has a lower bound only; no made-up upper one is printed.
+    let error = resolve(&[], &["routing.prefix_load.recall_blocks=-3"]).unwrap_err();
+    assert!(
+        error.contains("routing.prefix_load.recall_blocks from --set")
+            && error.contains("a whole number of at least 0")
+            && error.len() < 200,
+        "{error}"
+    );
     let error = resolve(&[], &["embedded.time_scale=0"]).unwrap_err();
     assert!(error.contains("embedded.time_scale from --set"), "{error}");
     // Two settings that disagree: both named, each with its layer.
