@@ -29,6 +29,8 @@ pub struct Offered {
     pub blocks_per_ms: f64,
     /// The fleet's outstanding requests, averaged over the window in time.
     pub outstanding_mean: f64,
+    /// The fleet's outstanding requests at this decision (counted once, by the caller).
+    pub outstanding: u64,
 }
 
 /// The decaying sum and mean (see the module docs). One lock per decision, held for a few arithmetic
@@ -58,6 +60,7 @@ impl OfferedLoad {
         state.offered = Offered {
             blocks_per_ms: last.blocks_per_ms * kept + blocks as f64 / OFFERED_WINDOW_MS,
             outstanding_mean: last.outstanding_mean * kept + outstanding as f64 * (1.0 - kept),
+            outstanding,
         };
         state.at = state.at.max(now);
         state.offered

@@ -117,6 +117,5 @@ fn outruns_the_fleet(pods: &[Candidate<'_>], offered: Offered) -> bool {
             .capacity()
             .is_some_and(|slots| pod.load.shared_outstanding() >= u64::from(slots))
     });
-    let outstanding: u64 = pods.iter().map(|pod| pod.load.shared_outstanding()).sum();
-    slots_full && outstanding as f64 >= offered.outstanding_mean
+    slots_full && offered.outstanding as f64 >= offered.outstanding_mean
 }

@@ -134,6 +134,19 @@ impl Fleet {
     }
 }
 
+/// At 10 ms a block: the prompt's two holders 4 s and 2.5 s behind, a third pod 6 s behind
+/// that holds none of it. Every pod is late for a 2 s SLO.
+fn two_late_holders_and_a_later_pod(hashes: &[u64]) -> Fleet {
+    Fleet::new(
+        &[
+            pod(10.0, 400, true),
+            pod(10.0, 250, true),
+            pod(10.0, 600, false),
+        ],
+        hashes,
+    )
+}
+
 fn prompt() -> Vec<u64> {
     (0..BLOCKS).map(|i| 9 << 32 | i).collect()
 }
@@ -143,14 +156,7 @@ fn when_every_pod_is_late_the_request_goes_to_its_most_backed_up_holder() {
     let hashes = prompt();
     // At 10 ms a block: the holders are 4 s and 2.5 s behind, the third pod 6 s and would
     // prefill the whole prompt (1 s) besides. The cost model spreads: the lighter holder.
-    let fleet = Fleet::new(
-        &[
-            pod(10.0, 400, true),
-            pod(10.0, 250, true),
-            pod(10.0, 600, false),
-        ],
-        &hashes,
-    );
+    let fleet = two_late_holders_and_a_later_pod(&hashes);
     assert_eq!(fleet.choose(&hashes, 0.0), 1, "the cost model alone");
     // Every pod is late: the most backed-up pod where the request adds no prefill. The
     // lighter holder keeps answering its own requests sooner; the third, further behind
@@ -165,14 +171,7 @@ fn a_backlog_offered_slower_than_the_fleet_prefills_gives_no_pod_up() {
     // (0.19 per ms; the request adds none, its holders hold it all) and prefills 0.3 per ms at 10 ms a block: the
     // backlog drains by itself (a burst, a phase's cold start), so the cost model spreads it
     // and no pod is given up for longer than it lasts.
-    let fleet = Fleet::new(
-        &[
-            pod(10.0, 400, true),
-            pod(10.0, 250, true),
-            pod(10.0, 600, false),
-        ],
-        &hashes,
-    );
+    let fleet = two_late_holders_and_a_later_pod(&hashes);
     assert_eq!(fleet.choose_offered(&hashes, 2.0, 1_900), 1);
     // Offered faster than the three prefill (0.31 per ms): overload, the sink.
     assert_eq!(fleet.choose_offered(&hashes, 2.0, 3_100), 0);
@@ -220,14 +219,7 @@ fn lateness_is_at_each_pods_own_rate() {
     );
     assert_eq!(fleet.choose(&hashes, 2.0), 1);
     // At 10 ms a block the expected first token is 2.5 s: late.
-    let fleet = Fleet::new(
-        &[
-            pod(10.0, 400, true),
-            pod(10.0, 250, true),
-            pod(10.0, 600, false),
-        ],
-        &hashes,
-    );
+    let fleet = two_late_holders_and_a_later_pod(&hashes);
     assert_eq!(fleet.choose(&hashes, 2.0), 0);
     // Within a looser SLO the same pods are in time.
     assert_eq!(fleet.choose(&hashes, 3.0), 1);
