@@ -74,6 +74,7 @@ fn late_loads(n: usize) -> (Vec<Arc<PodLoad>>, Vec<InFlight>) {
                 ttft: 1_000,
                 decode: 0,
                 usage: None,
+                sent_to_idle: false,
                 behind_copy: false,
             });
             load.acquire_work(RequestWork {

@@ -13,6 +13,7 @@ fn done(blocks: u64, believed: u64, prompt: u64, cached: Option<u64>) -> Complet
             cached_tokens: cached,
             completion_tokens: 8,
         }),
+        sent_to_idle: false,
         behind_copy: false,
     }
 }

@@ -39,6 +39,8 @@ pub struct InFlight {
     copying: bool,
     /// Routed while another request was still copying its prefix here.
     behind_copy: bool,
+    /// Sent while the pod had no request outstanding (of any gateway).
+    sent_to_idle: bool,
     /// When it was decided; `None` for a count taken without a decision (tests, warm-up
     /// holds, another gateway's request), whose timings mean nothing here.
     decided_at: Option<Millis>,
@@ -51,6 +53,7 @@ impl InFlight {
         at_selection: u64,
         work: RequestWork,
         behind_copy: bool,
+        sent_to_idle: bool,
     ) -> Self {
         InFlight {
             load,
@@ -62,6 +65,7 @@ impl InFlight {
             shared_prefix: work.shared_prefix,
             copying: work.copies_prefix,
             behind_copy,
+            sent_to_idle,
             decided_at: None,
             first_byte_at: None,
         }
@@ -112,9 +116,11 @@ impl InFlight {
         if self.first_byte_at.is_none() {
             self.first_byte_at = Some(now);
             if let Some(decided) = self.decided_at {
-                self.load
-                    .speed()
-                    .answered(now.saturating_sub(decided), self.prefill_blocks);
+                self.load.speed().answered(
+                    now.saturating_sub(decided),
+                    self.prefill_blocks,
+                    self.sent_to_idle,
+                );
             }
         }
         self.release_prefill();
@@ -134,6 +140,7 @@ impl InFlight {
                 ttft: first_byte.saturating_sub(decided),
                 decode: now.saturating_sub(first_byte),
                 usage,
+                sent_to_idle: self.sent_to_idle,
                 behind_copy: self.behind_copy,
             });
         }

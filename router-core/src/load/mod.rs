@@ -173,7 +173,8 @@ impl PodLoad {
             counts.outstanding += 1;
             counts.copying += u32::from(work.copies_prefix);
         }
-        InFlight::new(Arc::clone(self), before, work, behind_copy)
+        let sent_to_idle = before == 0 && self.peers().is_none_or(|peers| peers.outstanding() == 0);
+        InFlight::new(Arc::clone(self), before, work, behind_copy, sent_to_idle)
     }
 
     /// [`acquire_work`](Self::acquire_work) for a request decided at `now`: its lifecycle

@@ -13,12 +13,19 @@
 //! - **decode**: milliseconds per output token after the first (inter-token time), from
 //!   requests with at least two.
 //!
-//! The prefill estimate is also taught at each request's **first byte**, from the blocks the
+//! - **idle prefill**: the same, from requests sent to the replica while it had nothing
+//!   outstanding, whose time to first token is their own prefill and nothing else. It tells a
+//!   slow replica from a busy one: under sustained overload every request waits in a queue,
+//!   the prefill estimate reads the queue, and equal replicas came to differ by up to 100×
+//!   (the Mooncake trace at 4 replicas), whereas the idle estimate keeps what the replica did
+//!   when it was free (docs/POLICY-EVALUATION.md, "Unequal replicas: one give-up rule").
+//!
+//! The idle estimate is also taught at such a request's **first byte**, from the blocks the
 //! router expected it to prefill, as a stand-in until a finished request teaches the
 //! corrected one: a replica's first request ends only after its whole answer (about 20 s on
 //! the slow simulated L20), long after a cold phase has placed its families, whereas its
 //! first token comes within seconds (docs/POLICY-EVALUATION.md, "Unequal replicas: giving
-//! up the slow replica"). The first byte also records the latest time to first token, how
+//! up the slow replica"). Every first byte also records the latest time to first token, how
 //! backed up the replica is right now.
 //!
 //! Both are **low quantiles**, not means: waiting in a queue only ever makes a request
@@ -70,6 +77,9 @@ pub struct Completed {
     /// First byte → last byte.
     pub decode: Millis,
     pub usage: Option<Usage>,
+    /// It was sent while its pod had no request outstanding (of any gateway): its time to
+    /// first token is its own prefill alone.
+    pub sent_to_idle: bool,
     /// It was routed while a copy of its prefix was still prefilling on the pod, so the
     /// engine's report reflects the copy's progress, not the index's error
     /// ([`super::evidence`]).
@@ -103,9 +113,12 @@ pub struct ReplicaSpeed {
     prefill_ms_per_block: AtomicU64,
     /// `f64` bits of milliseconds per output token; 0 = not learned.
     decode_ms_per_token: AtomicU64,
-    /// `f64` bits of milliseconds per block to first byte, from the router's expected
-    /// prefill (no engine report yet); 0 = not learned.
-    answered_ms_per_block: AtomicU64,
+    /// `f64` bits of milliseconds per prefilled block of requests sent while the replica
+    /// was idle; 0 = not learned.
+    idle_prefill_ms_per_block: AtomicU64,
+    /// The same from first bytes, per block the router expected (no engine report yet); 0 =
+    /// not learned.
+    idle_answered_ms_per_block: AtomicU64,
     /// `f64` bits of the latest first byte's time to first token; 0 = none yet.
     latest_ttft_ms: AtomicU64,
 }
@@ -115,10 +128,11 @@ impl ReplicaSpeed {
     pub fn observe(&self, done: &Completed) {
         let uncached = done.uncached_blocks();
         if uncached >= MIN_PREFILL_BLOCKS && done.ttft > 0 {
-            nudge(
-                &self.prefill_ms_per_block,
-                done.ttft as f64 / uncached as f64,
-            );
+            let rate = done.ttft as f64 / uncached as f64;
+            nudge(&self.prefill_ms_per_block, rate);
+            if done.sent_to_idle {
+                nudge(&self.idle_prefill_ms_per_block, rate);
+            }
         }
         if let Some(usage) = done.usage
             && usage.completion_tokens >= 2
@@ -129,14 +143,15 @@ impl ReplicaSpeed {
     }
 
     /// Learns from one request's first byte, `ttft` after it was decided, for a request the
-    /// router expected to prefill `prefill_blocks` here.
-    pub fn answered(&self, ttft: Millis, prefill_blocks: u64) {
+    /// router expected to prefill `prefill_blocks` here, sent while the replica was idle or
+    /// not (`sent_to_idle`).
+    pub fn answered(&self, ttft: Millis, prefill_blocks: u64, sent_to_idle: bool) {
         // At least 1 ms, so that an answer always reads as known.
         self.latest_ttft_ms
             .store((ttft.max(1) as f64).to_bits(), Ordering::Relaxed);
-        if prefill_blocks >= MIN_PREFILL_BLOCKS && ttft > 0 {
+        if sent_to_idle && prefill_blocks >= MIN_PREFILL_BLOCKS && ttft > 0 {
             nudge(
-                &self.answered_ms_per_block,
+                &self.idle_answered_ms_per_block,
                 ttft as f64 / prefill_blocks as f64,
             );
         }
@@ -148,15 +163,15 @@ impl ReplicaSpeed {
         read(&self.prefill_ms_per_block)
     }
 
-    /// [`prefill_ms_per_block`](Self::prefill_ms_per_block), else the stand-in taught by
-    /// first bytes: known within seconds of a replica's first answer. Only the slow-replica
-    /// rule reads it (`give_up_late_seconds`): the time rules judging a pod's queue
-    /// (`ttft_slo_seconds`, `copy_in_time_seconds`) wait for the corrected rate, because
-    /// acting on the stand-in during a phase's cold start cost the seed matrix's r2
-    /// cold-uniform cell a request (79 -> 78).
-    pub fn early_prefill_ms_per_block(&self) -> Option<f64> {
-        self.prefill_ms_per_block()
-            .or_else(|| read(&self.answered_ms_per_block))
+    /// Milliseconds to prefill one block here with nothing else to do (see the module docs):
+    /// from finished requests sent while the replica was idle, else the stand-in their first
+    /// bytes taught, known within seconds of the replica's first answer. Only the slow-replica
+    /// rule reads it (`give_up_late_seconds`); the time rules judging a pod's queue
+    /// (`ttft_slo_seconds`, `copy_in_time_seconds`) read
+    /// [`prefill_ms_per_block`](Self::prefill_ms_per_block), which follows the replica under
+    /// load.
+    pub fn idle_prefill_ms_per_block(&self) -> Option<f64> {
+        read(&self.idle_prefill_ms_per_block).or_else(|| read(&self.idle_answered_ms_per_block))
     }
 
     /// The time to first token of the latest request that answered here, in milliseconds.
@@ -203,6 +218,7 @@ mod tests {
                 cached_tokens: None,
                 completion_tokens: tokens,
             }),
+            sent_to_idle: true,
             behind_copy: false,
         }
     }
@@ -267,25 +283,45 @@ mod tests {
     }
 
     #[test]
-    fn a_first_byte_teaches_the_rate_until_a_finished_request_does() {
+    fn a_first_byte_on_an_idle_replica_teaches_its_idle_rate_until_a_finished_request_does() {
         let speed = ReplicaSpeed::default();
-        speed.answered(300, 20);
+        speed.answered(300, 20, true);
         assert_eq!(
-            speed.early_prefill_ms_per_block(),
+            speed.idle_prefill_ms_per_block(),
             None,
             "a hit teaches no rate"
         );
         assert_eq!(speed.latest_ttft_ms(), Some(300.0));
-        speed.answered(1200, 100);
-        assert_eq!(speed.early_prefill_ms_per_block(), Some(12.0));
+        speed.answered(1200, 100, true);
+        assert_eq!(speed.idle_prefill_ms_per_block(), Some(12.0));
         assert_eq!(speed.prefill_ms_per_block(), None, "only the stand-in");
         assert_eq!(speed.latest_ttft_ms(), Some(1200.0));
         // A finished request's rate, corrected by the engine's report, takes over.
         speed.observe(&done(100, 600, 0, 1));
-        assert_eq!(speed.early_prefill_ms_per_block(), Some(6.0));
-        speed.answered(2000, 100);
-        assert_eq!(speed.early_prefill_ms_per_block(), Some(6.0));
+        assert_eq!(speed.idle_prefill_ms_per_block(), Some(6.0));
+        speed.answered(2000, 100, true);
+        assert_eq!(speed.idle_prefill_ms_per_block(), Some(6.0));
         assert_eq!(speed.latest_ttft_ms(), Some(2000.0));
+    }
+
+    #[test]
+    fn a_request_that_waited_teaches_the_idle_rate_nothing() {
+        let speed = ReplicaSpeed::default();
+        // Sent behind others: its 100 s to first token are mostly the queue.
+        speed.answered(100_000, 100, false);
+        let mut queued = done(100, 100_000, 0, 1);
+        queued.sent_to_idle = false;
+        speed.observe(&queued);
+        assert_eq!(speed.idle_prefill_ms_per_block(), None);
+        assert_eq!(
+            speed.prefill_ms_per_block(),
+            Some(1000.0),
+            "the loaded rate reads it"
+        );
+        assert_eq!(speed.latest_ttft_ms(), Some(100_000.0));
+        speed.observe(&done(100, 600, 0, 1));
+        speed.observe(&queued);
+        assert_eq!(speed.idle_prefill_ms_per_block(), Some(6.0));
     }
 
     #[test]

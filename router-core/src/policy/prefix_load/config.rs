@@ -97,15 +97,18 @@ pub struct PrefixLoadConfig {
     /// prefixes the engines have evicted. Not used with KV-event sync, whose index follows
     /// the engines' evictions.
     pub recall_blocks: usize,
-    /// `PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS`: under overload, how late a slow pod's
-    /// latest first token must be for the pod to be given up on purpose; 0 (the default)
-    /// leaves the rule out. When set, and every pod is full (its engine's latest scrape
-    /// showed requests waiting) while the pod whose latest answer came latest took longer
-    /// than this to its first token and is slow (its learned prefill rate at least 1.5 times
-    /// the fastest pod's), the request goes to that pod, so the faster pods keep answering
-    /// in time instead of all falling behind together. Needs engine scrapes. 4 (twice a 2 s
-    /// TTFT target) for unequal replicas (docs/POLICY-EVALUATION.md, "Unequal replicas:
-    /// giving up the slow replica").
+    /// `PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS`: how late a slow pod's latest first token
+    /// must be for the pod to be given up, 4 by default (twice the seed's 2 s TTFT target); 0
+    /// leaves the slow-replica rules out. A pod is slow when its prefill rate, learned from
+    /// requests sent while it was idle, is at least 1.5 times the fastest pod's; it is given
+    /// up while it is slow and its latest first token took longer than this. While some pod
+    /// is given up and no other has room for the request (each is expected to answer it
+    /// after `ttft_slo_seconds`, or every pod's engine has requests waiting), the request
+    /// goes to the given-up pods, so the faster pods keep answering in time instead of all
+    /// falling behind together. Otherwise a busy slow pod takes no copy of a prefix it
+    /// cannot prefill within `ttft_slo_seconds` even idle while another pod can answer in
+    /// time, unless the prefix is hot. On equal replicas no pod reads as slow, and nothing
+    /// changes (docs/POLICY-EVALUATION.md, "Unequal replicas: one give-up rule").
     pub give_up_late_seconds: f64,
 }
 
@@ -132,7 +135,7 @@ impl Default for PrefixLoadConfig {
             ttft_slo_seconds: 2.0,
             copy_in_time_seconds: 0.0,
             recall_blocks: 400_000,
-            give_up_late_seconds: 0.0,
+            give_up_late_seconds: 4.0,
         }
     }
 }
@@ -330,7 +333,7 @@ mod tests {
             ("PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS", "1.5"),
             ("PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS", "2"),
             ("PREFIXGATE_PREFIX_LOAD_RECALL_BLOCKS", "64"),
-            ("PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS", "4"),
+            ("PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS", "6"),
         ])
         .unwrap();
         assert_eq!(
@@ -347,7 +350,7 @@ mod tests {
                 ttft_slo_seconds: 1.5,
                 copy_in_time_seconds: 2.0,
                 recall_blocks: 64,
-                give_up_late_seconds: 4.0,
+                give_up_late_seconds: 6.0,
             }
         );
         assert_eq!(config.family_window_millis(), 2500);
@@ -357,8 +360,13 @@ mod tests {
         assert_eq!(config.copy_in_time_millis(), Some(2000.0));
         assert_eq!(PrefixLoadConfig::default().ttft_slo_millis(), Some(2000.0));
         assert_eq!(PrefixLoadConfig::default().copy_in_time_millis(), None);
-        assert_eq!(config.give_up_late_millis(), Some(4000.0));
-        assert_eq!(PrefixLoadConfig::default().give_up_late_millis(), None);
+        assert_eq!(config.give_up_late_millis(), Some(6000.0));
+        assert_eq!(
+            PrefixLoadConfig::default().give_up_late_millis(),
+            Some(4000.0)
+        );
+        let off = with_env(&[("PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS", "0")]).unwrap();
+        assert_eq!(off.give_up_late_millis(), None);
         assert_eq!(with_env(&[]).unwrap(), PrefixLoadConfig::default());
         PrefixLoadConfig::default().validate().unwrap();
     }

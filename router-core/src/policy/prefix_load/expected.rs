@@ -69,6 +69,7 @@ mod tests {
                 cached_tokens: Some(0),
                 completion_tokens: 128,
             }),
+            sent_to_idle: false,
             behind_copy: false,
         });
         // Scraped with nothing unanswered here: `running` decoding beside `waiting`.
@@ -112,6 +113,7 @@ mod tests {
             ttft: 300,
             decode: 8_000,
             usage: None,
+            sent_to_idle: false,
             behind_copy: false,
         });
         assert_eq!(load.speed().prefill_ms_per_block(), None);

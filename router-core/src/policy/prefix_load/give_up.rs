@@ -4,60 +4,98 @@
 //! every replica and all of them answer late. On unequal replicas that is the cold phase's
 //! loss: a replica whose prefill is twice as slow cannot prefill a new family within a 2 s
 //! TTFT even idle, and the cost model, counting blocks, keeps moving families onto the fast
-//! replica as the slow one falls behind, until both are late (docs/POLICY-EVALUATION.md,
-//! "Unequal replicas: giving up the slow replica"). `prefix-cache` wins that phase by
-//! leaving the slow replica's families there; this rule does it deliberately:
+//! replicas as the slow one falls behind, until every replica is late
+//! (docs/POLICY-EVALUATION.md, "Unequal replicas: giving up the slow replica").
+//! `prefix-cache` wins that phase by leaving the slow replica's families where they landed;
+//! this rule does it deliberately. A pod is **given up** when
 //!
-//! - when every pod is **full** (its engine's latest scrape showed requests waiting),
-//! - and the pod whose latest answer came latest took longer than `give_up_late_seconds` to
-//!   its first token ([`ReplicaSpeed::latest_ttft_ms`](crate::load::ReplicaSpeed::latest_ttft_ms)),
-//! - and that pod is **slow** (its learned prefill rate at least [`SLOW_PREFILL_RATIO`] times
-//!   the fastest pod's),
+//! - it is **slow**: its idle prefill rate
+//!   ([`ReplicaSpeed::idle_prefill_ms_per_block`](crate::load::ReplicaSpeed::idle_prefill_ms_per_block),
+//!   what it does with nothing else to do) is at least [`SLOW_PREFILL_RATIO`] times the
+//!   fastest pod's, and
+//! - it is **late**: its latest answer took longer than `give_up_late_seconds` to its first
+//!   token ([`ReplicaSpeed::latest_ttft_ms`](crate::load::ReplicaSpeed::latest_ttft_ms)).
 //!
-//! the request goes to that pod (the cost model breaks ties), where it is late anyway, and
-//! the other pods keep what they can serve in time. It is undone as it should be: a pod that
-//! drains its queue takes requests again at once, and a slow pod that answers
-//! in time again is no longer given up. Both conditions matter: giving up the most
-//! backed-up pod of equal replicas costs two L20s 75 requests, and giving up a slow pod
-//! merely because every pod is full locks it in on the hot phases.
+//! A request goes to the given-up pods (the cost model chooses among them), where it is
+//! late anyway, when some pod is given up and some is not, and no pod that is not given up
+//! has room for it:
+//!
+//! - every such pod is expected to answer it after the TTFT SLO (`ttft_slo_seconds`: busy,
+//!   and its wait for a slot and for the prefill queued there, then the request's own
+//!   prefill, at its learned rates, are past the SLO; `expected.rs`), or
+//! - every pod is **full** (its engine's latest scrape showed requests waiting).
+//!
+//! So the fast pods keep what they can serve in time, and what they cannot goes where it
+//! takes no room from a request that could still be in time. It is undone as it should be: a
+//! fast pod with room takes requests again at once, and a slow pod that answers in time
+//! again is no longer given up.
+//!
+//! When no pod is given up, a busy slow pod takes no **copy** it cannot prefill within the
+//! TTFT SLO even idle (its idle rate × the blocks the copy prefills there) while another pod
+//! can answer the request in time (idle, or expected within the SLO), unless the prefix is
+//! hot ([`HOT_IN_FLIGHT`](super::config::HOT_IN_FLIGHT) of its requests in flight on its
+//! holders): such a copy misses, and the request queued behind it there misses with it
+//! ([`copy_targets`]). An idle slow pod may take one (it misses once, then serves the
+//! family's later requests), and so may a busy one when no other pod is in time (then the
+//! fast pods would take a family they have no room for).
+//!
+//! Each condition was measured (docs/POLICY-EVALUATION.md, "Unequal replicas: one give-up
+//! rule"): giving up the most backed-up of equal replicas costs two L20s 75 requests; a slow
+//! pod given up merely because every pod is full locks in on the hot phases; the rate
+//! learned under load instead of the idle one reads equal replicas as unequal in sustained
+//! overload (the trace at 4 replicas 1334 → 1122); and waiting for every pod to be full
+//! before giving up, rather than for the fast pods to be late, leaves the 4-replica fleet's
+//! cold cells 10–17 requests below `prefix-cache`. The copy filter closes the last cell (3
+//! replicas at 1.5 rps, r3 cold-uniform, two copies onto the slow pod); applied while a pod
+//! is given up as well, it keeps the overflow off the slow pods and costs the 4-replica
+//! fleet 96 requests; applied while no other pod is in time either, it pushes families onto
+//! fast pods without room (another draw of the 3-replica fleet's r3 cold cell, 62 → 49).
 
-use super::PolicyInput;
+use super::expected::expected;
+use super::{PolicyInput, cold_copied_prefix, uncached_blocks};
 use crate::load::Candidate;
+use crate::policy::PerPod;
 
-/// A pod whose learned prefill rate is at least this many times the fastest pod's is slow
-/// (the simulated slow replica's is 2, the faster one's 0.5).
+/// A pod whose idle prefill rate is at least this many times the fastest pod's is slow (the
+/// simulated slow replica's is 2, the faster one's 0.5).
 pub const SLOW_PREFILL_RATIO: f64 = 1.5;
 
-/// Sets to infinity the cost of every pod but the slow one given up, when the rule holds
-/// (see the module docs); `late_millis` is `give_up_late_seconds` in milliseconds.
-pub fn send_to_given_up(input: &PolicyInput<'_>, late_millis: f64, costs: &mut [f64]) {
-    if !input.pods.iter().all(full) {
-        return;
-    }
-    let latest = |pod: &Candidate<'_>| pod.load.speed().latest_ttft_ms().unwrap_or(0.0);
-    let latest_of_all = input.pods.iter().map(latest).fold(0.0, f64::max);
-    if latest_of_all <= late_millis {
-        return;
-    }
-    let rate = |pod: &Candidate<'_>| pod.load.speed().early_prefill_ms_per_block();
-    let fastest = input
+/// The pods given up, when the request should go to them (see the module docs): `uncached[i]`
+/// is the blocks it would prefill on pod `i`, `late_millis` is `give_up_late_seconds` and
+/// `slo_millis` is `ttft_slo_seconds` (`None` when off), both in milliseconds. `None` when
+/// the rule does not hold.
+pub fn given_up_pods(
+    input: &PolicyInput<'_>,
+    uncached: &[u64],
+    late_millis: f64,
+    slo_millis: Option<f64>,
+) -> Option<PerPod<bool>> {
+    let rates = IdleRates::of(input.pods);
+    let given_up: PerPod<bool> = input
         .pods
         .iter()
-        .filter_map(rate)
-        .fold(f64::INFINITY, f64::min);
-    let slow = |pod: &Candidate<'_>| rate(pod).is_some_and(|r| r >= SLOW_PREFILL_RATIO * fastest);
-    if !input
-        .pods
-        .iter()
-        .any(|pod| latest(pod) >= latest_of_all && slow(pod))
-    {
-        return;
+        .zip(&rates.rates)
+        .map(|(pod, rate)| {
+            let latest = pod.load.speed().latest_ttft_ms().unwrap_or(0.0);
+            rate.is_some_and(|rate| rates.slow(rate)) && latest > late_millis
+        })
+        .collect();
+    if !given_up.contains(&true) || !given_up.contains(&false) {
+        return None;
     }
-    for (cost, pod) in costs.iter_mut().zip(input.pods) {
-        if latest(pod) < latest_of_all {
-            *cost = f64::INFINITY;
-        }
-    }
+    let no_room = |slo: f64| {
+        input
+            .pods
+            .iter()
+            .zip(uncached)
+            .zip(&given_up)
+            .filter(|(_, given_up)| !**given_up)
+            .all(|((pod, &own), _)| {
+                pod.load.shared_outstanding() > 0
+                    && expected(pod, own).is_some_and(|e| e.first_token_ms > slo)
+            })
+    };
+    (slo_millis.is_some_and(no_room) || input.pods.iter().all(full)).then_some(given_up)
 }
 
 /// The pod's engine has requests waiting, by its latest scrape: whatever is sent there queues
@@ -66,4 +104,74 @@ fn full(pod: &Candidate<'_>) -> bool {
     pod.load
         .engine_stats()
         .is_some_and(|stats| stats.waiting > 0)
+}
+
+/// Which pods may take the request as a copy when no pod is given up: all but the busy slow
+/// pods where the copy's own prefill, at their idle rate, is past `slo_millis`, while the
+/// prefix is not hot and another pod is idle or expected to answer within `slo_millis`
+/// (see the module docs). `percents` are the pods' matches, `best` the largest,
+/// `shared_prefix` the prefix the request shares with its best holders.
+pub fn copy_targets(
+    input: &PolicyInput<'_>,
+    percents: &[u8],
+    best: u8,
+    shared_prefix: Option<u64>,
+    slo_millis: f64,
+) -> PerPod<bool> {
+    let all = PerPod::from_elem(true, input.pods.len());
+    if cold_copied_prefix(input, percents, best, shared_prefix).is_none() {
+        return all;
+    }
+    let rates = IdleRates::of(input.pods);
+    let blocks = input.hashes.len() as u64;
+    let own = |pct: u8| uncached_blocks(blocks, pct);
+    let allowed: PerPod<bool> = input
+        .pods
+        .iter()
+        .zip(percents)
+        .zip(&rates.rates)
+        .map(|((pod, &pct), rate)| {
+            let never_in_time =
+                rate.is_some_and(|rate| rates.slow(rate) && rate * own(pct) as f64 > slo_millis);
+            pct >= best || pod.load.shared_outstanding() == 0 || !never_in_time
+        })
+        .collect();
+    let in_time_elsewhere =
+        input
+            .pods
+            .iter()
+            .zip(percents)
+            .zip(&allowed)
+            .any(|((pod, &pct), &allowed)| {
+                allowed
+                    && (pod.load.shared_outstanding() == 0
+                        || expected(pod, own(pct)).is_some_and(|e| e.first_token_ms <= slo_millis))
+            });
+    if in_time_elsewhere { allowed } else { all }
+}
+
+/// The pods' idle prefill rates, and which are slow.
+struct IdleRates {
+    rates: PerPod<Option<f64>>,
+    fastest: f64,
+}
+
+impl IdleRates {
+    fn of(pods: &[Candidate<'_>]) -> Self {
+        let rates: PerPod<Option<f64>> = pods
+            .iter()
+            .map(|pod| pod.load.speed().idle_prefill_ms_per_block())
+            .collect();
+        let fastest = rates
+            .iter()
+            .flatten()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        IdleRates { rates, fastest }
+    }
+
+    /// A pod prefilling at `rate` is slow.
+    fn slow(&self, rate: f64) -> bool {
+        rate >= SLOW_PREFILL_RATIO * self.fastest
+    }
 }

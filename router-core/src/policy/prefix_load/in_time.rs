@@ -10,55 +10,46 @@
 //!
 //! Two copies are always allowed: onto an idle pod (it misses once and then serves the
 //! prefix's later requests without delaying anyone), and of a hot prefix (at least
-//! [`HOT_IN_FLIGHT`] of its requests in flight on its holders), whose later requests repay a
+//! [`HOT_IN_FLIGHT`](super::config::HOT_IN_FLIGHT) of its requests in flight on its holders), whose later requests repay a
 //! late first copy.
 
-use super::config::HOT_IN_FLIGHT;
 use super::expected::expected;
-use super::{PolicyInput, uncached_blocks};
+use super::{PolicyInput, cold_copied_prefix, uncached_blocks};
+use crate::policy::PerPod;
 
-/// Sets to infinity the cost of every busy copy target whose first token is expected after
-/// `slo_millis` (see the module docs). `percents` are the pods' matches, `best` the
-/// largest, `shared_prefix` the prefix the request shares with its best holders.
-pub fn pass_over_late_copies(
+/// Which pods may take the request: all but the busy copy targets whose first token is
+/// expected after `slo_millis` (see the module docs). `percents` are the pods' matches,
+/// `best` the largest, `shared_prefix` the prefix the request shares with its best holders.
+pub fn in_time_targets(
     input: &PolicyInput<'_>,
     percents: &[u8],
     best: u8,
     shared_prefix: Option<u64>,
     slo_millis: f64,
-    costs: &mut [f64],
-) {
-    // A new family has no copy; without a held prefix there is nothing to copy.
-    let Some(prefix) = shared_prefix.filter(|_| best > 0) else {
-        return;
-    };
+) -> PerPod<bool> {
+    let all = PerPod::from_elem(true, input.pods.len());
+    // A new family has no copy, and a hot prefix's later requests repay a late first copy.
+    if cold_copied_prefix(input, percents, best, shared_prefix).is_none() {
+        return all;
+    }
     // Nothing is filtered until every pod has learned its rate.
     if input
         .pods
         .iter()
         .any(|pod| pod.load.speed().prefill_ms_per_block().is_none())
     {
-        return;
+        return all;
     }
-    let in_flight: u64 = input
+    let blocks = input.hashes.len() as u64;
+    input
         .pods
         .iter()
         .zip(percents)
-        .filter(|(_, pct)| **pct == best)
-        .map(|(pod, _)| u64::from(pod.load.shared_prefix_counts(prefix).outstanding))
-        .sum();
-    if in_flight >= HOT_IN_FLIGHT {
-        return;
-    }
-    let blocks = input.hashes.len() as u64;
-    for ((cost, pod), &pct) in costs.iter_mut().zip(input.pods).zip(percents) {
-        if pct >= best || pod.load.shared_outstanding() == 0 {
-            continue;
-        }
-        if expected(pod, uncached_blocks(blocks, pct))
-            .is_some_and(|e| e.first_token_ms > slo_millis)
-        {
-            *cost = f64::INFINITY;
-        }
-    }
+        .map(|(pod, &pct)| {
+            pct >= best
+                || pod.load.shared_outstanding() == 0
+                || expected(pod, uncached_blocks(blocks, pct))
+                    .is_none_or(|e| e.first_token_ms <= slo_millis)
+        })
+        .collect()
 }

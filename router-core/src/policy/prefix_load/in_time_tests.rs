@@ -36,6 +36,7 @@ fn learn_rate(c: &Cluster, pod: usize, ms_per_block: u64) {
         ttft: ms_per_block * BLOCKS,
         decode: 0,
         usage: None,
+        sent_to_idle: false,
         behind_copy: false,
     });
 }

@@ -83,10 +83,16 @@
 //! than that (its learned prefill rate × the prefill pending there and the copy's) is passed
 //! over before the cheapest is taken, unless the prefix is hot ([`in_time`]).
 //!
-//! With `give_up_late_seconds` set, when every pod is full (its engine reports requests
-//! waiting) and the pod whose latest answer came latest took longer than that and
-//! is slow (its learned prefill rate well above the fastest pod's), the request goes to it:
-//! the fleet is overloaded, and the fast pods keep what they can serve in time ([`give_up`]).
+//! **Slow replicas** (`give_up_late_seconds`, [`give_up`]): a pod whose prefill, measured
+//! while it was idle, is well above the fastest pod's is slow, and given up while its latest
+//! answer is later than the setting. While a pod is given up and no other pod has room for
+//! the request (each is expected past the TTFT SLO, or every engine has a queue), the
+//! request goes to the given-up pods, where it is late anyway, and the fast pods keep what
+//! they can serve in time. Otherwise a busy slow pod takes no copy it cannot prefill within
+//! the SLO while another pod can answer in time.
+//!
+//! Each rule only narrows what the rules before it left (overload, then `copy_in_time`, then
+//! slow replicas); where a rule would leave no pod, it is skipped.
 //!
 //! With no full block (an empty or short prompt) nothing can be cached: the choice is by
 //! outstanding count, as `least-request`.
@@ -165,13 +171,22 @@ impl Policy for PrefixLoad {
             let least = uncached.iter().copied().min().unwrap_or(0);
             let outstanding = input.pods.iter().map(|p| p.load.shared_outstanding()).sum();
             let offered = self.offered.offer(input.now, least, outstanding);
-            slo::keep_overload_candidates(&mut costs, input.pods, &uncached, slo, offered);
+            if let Some(sinks) = slo::overload_candidates(input.pods, &uncached, slo, offered) {
+                keep_only(&mut costs, &sinks);
+            }
         }
         if let Some(slo) = self.weights.copy_in_time_millis() {
-            in_time::pass_over_late_copies(input, &percents, best, shared_prefix, slo, &mut costs);
+            let in_time = in_time::in_time_targets(input, &percents, best, shared_prefix, slo);
+            keep_only(&mut costs, &in_time);
         }
         if let Some(late) = self.weights.give_up_late_millis() {
-            give_up::send_to_given_up(input, late, &mut costs);
+            let slo = self.weights.ttft_slo_millis();
+            if let Some(given_up) = give_up::given_up_pods(input, &uncached, late, slo) {
+                keep_only(&mut costs, &given_up);
+            } else if let Some(slo) = slo {
+                let targets = give_up::copy_targets(input, &percents, best, shared_prefix, slo);
+                keep_only(&mut costs, &targets);
+            }
         }
         let pod = cheapest(&costs, input.rng);
         let chosen = percents[pod];
@@ -263,6 +278,27 @@ impl PrefixLoad {
             .collect();
         (costs, prefills)
     }
+}
+
+/// The prefix a copy of this request would copy (`shared_prefix`, held by the pods matching
+/// `best` %, `percents` per pod), when the copy filters may hold it back: `None` for a new
+/// family (nothing to copy) and for a hot prefix, with [`config::HOT_IN_FLIGHT`] or more of
+/// its requests in flight on its best holders, whose later requests repay a late first copy.
+fn cold_copied_prefix(
+    input: &PolicyInput<'_>,
+    percents: &[u8],
+    best: u8,
+    shared_prefix: Option<u64>,
+) -> Option<u64> {
+    let prefix = shared_prefix.filter(|_| best > 0)?;
+    let in_flight: u64 = input
+        .pods
+        .iter()
+        .zip(percents)
+        .filter(|(_, pct)| **pct == best)
+        .map(|(pod, _)| u64::from(pod.load.shared_prefix_counts(prefix).outstanding))
+        .sum();
+    (in_flight < config::HOT_IN_FLIGHT).then_some(prefix)
 }
 
 /// With no full block nothing can be cached: the pod with the fewest outstanding requests,
@@ -363,6 +399,24 @@ fn family_shares(input: &PolicyInput<'_>, window: crate::Millis) -> PerPod<f64> 
 /// blocks and one of a prefix with none costs up to `1 + copy_weight` times (0 when off).
 fn copy_price(weights: &PrefixLoadConfig, uncached: u64, in_flight: u64) -> f64 {
     weights.prefill_weight * uncached as f64 * weights.copy_weight / (1.0 + in_flight as f64)
+}
+
+/// Leaves in `costs` only the pods `allowed` (the others cost infinity), unless that would
+/// leave none with a finite cost: each of the rules above narrows what the rules before it
+/// left, and where two disagree entirely the earlier one stands (a request whose every pod
+/// costs infinity would go to a pod picked at random).
+fn keep_only(costs: &mut [f64], allowed: &[bool]) {
+    let kept = costs
+        .iter()
+        .zip(allowed)
+        .any(|(cost, &allowed)| allowed && cost.is_finite());
+    if kept {
+        for (cost, &allowed) in costs.iter_mut().zip(allowed) {
+            if !allowed {
+                *cost = f64::INFINITY;
+            }
+        }
+    }
 }
 
 /// A uniformly random index among the minima of `costs` (0 for an empty slice). The

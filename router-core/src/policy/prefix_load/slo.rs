@@ -41,24 +41,6 @@ use super::offered::Offered;
 use crate::load::Candidate;
 use crate::policy::PerPod;
 
-/// Leaves only the [`overload_candidates`] in `costs` (the others cost infinity), in
-/// overload; otherwise leaves `costs` as they are.
-pub fn keep_overload_candidates(
-    costs: &mut [f64],
-    pods: &[Candidate<'_>],
-    uncached: &[u64],
-    slo_ms: f64,
-    offered: Offered,
-) {
-    if let Some(allowed) = overload_candidates(pods, uncached, slo_ms, offered) {
-        for (cost, allowed) in costs.iter_mut().zip(allowed) {
-            if !allowed {
-                *cost = f64::INFINITY;
-            }
-        }
-    }
-}
-
 /// Which of `pods` may take the request when every one of them is expected past `slo_ms`
 /// (`uncached[i]`: the blocks the request would prefill on pod `i`) and the fleet is in
 /// overload ([`outruns_the_fleet`]); `None` when some pod is expected in time, is idle, or

@@ -64,6 +64,7 @@ impl Fleet {
                     ttft: (100.0 * rate) as crate::Millis,
                     decode: 0,
                     usage: None,
+                    sent_to_idle: false,
                     behind_copy: false,
                 });
                 assert_eq!(load.speed().prefill_ms_per_block(), Some(rate));
