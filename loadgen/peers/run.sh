@@ -174,6 +174,7 @@ start_router() { # NAME
             for ((i = 0; i < REPLICAS; i++)); do backends+=(--backend "${NAMES[i]}=${WORKERS[i]}"); done
             "$BIN/prefixgate" --listen "127.0.0.1:$ROUTER_PORT" \
                 --metrics-listen "127.0.0.1:$METRICS_PORT" "${backends[@]}" \
+                --set "replica_time_scale=$TIME_SCALE" \
                 >"$LOGS/router-$1.log" 2>&1 &
             ;;
         sglang|vllm)

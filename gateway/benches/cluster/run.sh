@@ -123,6 +123,7 @@ for g in $(seq 0 $((GATEWAYS - 1))); do
     metrics=$(free_port)
     "$BIN/prefixgate" "${BACKENDS[@]}" --listen "127.0.0.1:$port" \
         --metrics-listen "127.0.0.1:$metrics" "${CLUSTER_ARGS[@]}" \
+        --set "replica_time_scale=$TIME_SCALE" \
         ${CLUSTER_ARGS[0]:+--cluster-gateway-id "gw-$g"} >"$WORK/gw-$g.log" 2>&1 &
     PIDS+=($!)
     wait_for "http://127.0.0.1:$port/ready"

@@ -271,3 +271,24 @@ fn every_alias_names_a_setting_and_covers_routers_names() {
         assert!(names.contains(&name), "{name} is not an alias");
     }
 }
+
+#[test]
+fn the_router_reads_time_at_the_replicas_scale() {
+    let scale = |sets: &[&str]| resolve(&[], sets).map(|c| c.router_time_scale());
+    assert_eq!(scale(&[]), Ok(1.0), "real engines: wall time");
+    assert_eq!(scale(&["replica_time_scale=10"]), Ok(10.0));
+    // Embedded mock engines at 10x: the router follows them unless told otherwise.
+    let embedded = ["embedded.mock_engines=2", "embedded.time_scale=10"];
+    assert_eq!(scale(&embedded), Ok(10.0));
+    let both = [embedded[0], embedded[1], "replica_time_scale=10"];
+    assert_eq!(scale(&both), Ok(10.0));
+    let error = scale(&[embedded[0], embedded[1], "replica_time_scale=4"]).unwrap_err();
+    assert!(
+        error.contains("replica_time_scale") && error.contains("embedded.time_scale"),
+        "{error}"
+    );
+    for bad in ["0", "-2", "NaN"] {
+        let error = scale(&[&format!("replica_time_scale={bad}")]).unwrap_err();
+        assert!(error.contains("replica_time_scale"), "{bad}: {error}");
+    }
+}

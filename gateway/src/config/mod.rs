@@ -71,6 +71,12 @@ pub struct GatewayConfig {
     pub admin: AdminConfig,
     /// Cluster sharing: the gateways of a fleet share routing state through Redis.
     pub cluster: ClusterConfig,
+    /// How many times faster than wall time the replicas' time runs, as the router reads it:
+    /// 1 for real engines; N for simulated replicas run with `--time-scale N` (mock-engine,
+    /// `loadgen matrix --local`), so that the router's times (time to first token, the TTFT
+    /// SLO, the slow-replica rules, family windows, the index's block ages) are replica
+    /// seconds. Left at 1 with embedded mock engines, it is `embedded.time_scale`.
+    pub replica_time_scale: f64,
 }
 
 impl Default for GatewayConfig {
@@ -94,6 +100,7 @@ impl Default for GatewayConfig {
             kv_sync: KvSyncConfig::default(),
             admin: AdminConfig::default(),
             cluster: ClusterConfig::default(),
+            replica_time_scale: 1.0,
         }
     }
 }
@@ -230,6 +237,16 @@ impl EmbeddedConfig {
 }
 
 impl GatewayConfig {
+    /// The replicas' time per wall time, as the router's clock runs
+    /// ([`replica_time_scale`](Self::replica_time_scale), else the embedded engines').
+    pub fn router_time_scale(&self) -> f64 {
+        if self.replica_time_scale == 1.0 && self.embedded.mock_engines > 0 {
+            self.embedded.time_scale
+        } else {
+            self.replica_time_scale
+        }
+    }
+
     /// Reads and parses a TOML file (no environment or flags applied yet).
     pub fn from_file(path: &Path) -> Result<Self, ConfigFileError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
@@ -312,6 +329,22 @@ impl GatewayConfig {
             if value == 0 {
                 return Err(invalid(key, value.to_string(), "must be at least 1"));
             }
+        }
+        let scale = self.replica_time_scale;
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(invalid(
+                "replica_time_scale",
+                scale.to_string(),
+                "must be > 0",
+            ));
+        }
+        if self.embedded.mock_engines > 0 && scale != 1.0 && scale != self.embedded.time_scale {
+            return Err(invalid(
+                "replica_time_scale",
+                scale.to_string(),
+                "differs from embedded.time_scale, the scale the embedded mock engines run at; \
+                 set one of them (the router reads the embedded engines' time by default)",
+            ));
         }
         self.embedded.validate(cfg!(feature = "mock-engines"))?;
         self.discovery.validate()?;

@@ -148,7 +148,7 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     };
     health::probe_all(&client, &replicas, &health_settings, &metrics).await;
 
-    let clock = Clock::new();
+    let clock = Clock::scaled(config.router_time_scale());
     // Cluster sharing connects in the background: a server that is down only delays sharing.
     let cluster = if config.cluster.enabled() {
         let cluster = cluster::spawn(

@@ -101,6 +101,8 @@ impl LocalStack {
                 .collect(),
             admission: gateway_admission(&options.admission),
             routing: options.routing.clone(),
+            // The router reads engine time, as the simulator's router does.
+            replica_time_scale: options.time_scale,
             ..GatewayConfig::default()
         };
         let mut gateways = Vec::with_capacity(options.gateways);
