@@ -100,7 +100,7 @@ CLUSTER_ARGS=()
 if [[ "$SHARING" == on ]]; then
     start_redis
     PIDS+=("$REDIS_PID")
-    CLUSTER_ARGS=(--cluster-url "redis://127.0.0.1:$REDIS_PORT" --cluster-name live)
+    CLUSTER_ARGS=(--cluster-url "redis://127.0.0.1:$REDIS_PORT" --set cluster.name=live)
 fi
 
 BACKENDS=()
@@ -124,7 +124,7 @@ for g in $(seq 0 $((GATEWAYS - 1))); do
     "$BIN/prefixgate" "${BACKENDS[@]}" --listen "127.0.0.1:$port" \
         --metrics-listen "127.0.0.1:$metrics" "${CLUSTER_ARGS[@]}" \
         --set "replica_time_scale=$TIME_SCALE" \
-        ${CLUSTER_ARGS[0]:+--cluster-gateway-id "gw-$g"} >"$WORK/gw-$g.log" 2>&1 &
+        ${CLUSTER_ARGS[0]:+--set "cluster.gateway_id=gw-$g"} >"$WORK/gw-$g.log" 2>&1 &
     PIDS+=($!)
     wait_for "http://127.0.0.1:$port/ready"
     UPSTREAMS+=("127.0.0.1:$port")
