@@ -52,7 +52,7 @@
 //! fast pods without room (another draw of the 3-replica fleet's r3 cold cell, 62 → 49).
 
 use super::expected::expected;
-use super::{PolicyInput, cold_copied_prefix, uncached_blocks};
+use super::{PolicyInput, uncached_blocks};
 use crate::load::Candidate;
 use crate::policy::PerPod;
 
@@ -60,17 +60,18 @@ use crate::policy::PerPod;
 /// simulated slow replica's is 2, the faster one's 0.5).
 pub const SLOW_PREFILL_RATIO: f64 = 1.5;
 
-/// The pods given up, when the request should go to them (see the module docs): `uncached[i]`
+/// The pods given up, when the request should go to them (see the module docs): `rates` are
+/// the pods' idle rates, `uncached[i]`
 /// is the blocks it would prefill on pod `i`, `late_millis` is `give_up_late_seconds` and
 /// `slo_millis` is `ttft_slo_seconds` (`None` when off), both in milliseconds. `None` when
 /// the rule does not hold.
 pub fn given_up_pods(
     input: &PolicyInput<'_>,
+    rates: &IdleRates,
     uncached: &[u64],
     late_millis: f64,
     slo_millis: Option<f64>,
 ) -> Option<PerPod<bool>> {
-    let rates = IdleRates::of(input.pods);
     let given_up: PerPod<bool> = input
         .pods
         .iter()
@@ -107,22 +108,17 @@ fn full(pod: &Candidate<'_>) -> bool {
 }
 
 /// Which pods may take the request as a copy when no pod is given up: all but the busy slow
-/// pods where the copy's own prefill, at their idle rate, is past `slo_millis`, while the
-/// prefix is not hot and another pod is idle or expected to answer within `slo_millis`
-/// (see the module docs). `percents` are the pods' matches, `best` the largest,
-/// `shared_prefix` the prefix the request shares with its best holders.
+/// pods where the copy's own prefill, at their idle rate (`rates`), is past `slo_millis`,
+/// while another pod is idle or expected to answer within `slo_millis` (see the module
+/// docs). `percents` are the pods' matches, `best` the largest; the caller asks only for a
+/// copy of a held prefix that is not hot.
 pub fn copy_targets(
     input: &PolicyInput<'_>,
+    rates: &IdleRates,
     percents: &[u8],
     best: u8,
-    shared_prefix: Option<u64>,
     slo_millis: f64,
 ) -> PerPod<bool> {
-    let all = PerPod::from_elem(true, input.pods.len());
-    if cold_copied_prefix(input, percents, best, shared_prefix).is_none() {
-        return all;
-    }
-    let rates = IdleRates::of(input.pods);
     let blocks = input.hashes.len() as u64;
     let own = |pct: u8| uncached_blocks(blocks, pct);
     let allowed: PerPod<bool> = input
@@ -136,6 +132,11 @@ pub fn copy_targets(
             pct >= best || pod.load.shared_outstanding() == 0 || !never_in_time
         })
         .collect();
+    // Nothing barred (the common case, and every case on equal replicas): no expectation to
+    // compute.
+    if !allowed.contains(&false) {
+        return allowed;
+    }
     let in_time_elsewhere =
         input
             .pods
@@ -147,17 +148,21 @@ pub fn copy_targets(
                     && (pod.load.shared_outstanding() == 0
                         || expected(pod, own(pct)).is_some_and(|e| e.first_token_ms <= slo_millis))
             });
-    if in_time_elsewhere { allowed } else { all }
+    if in_time_elsewhere {
+        allowed
+    } else {
+        PerPod::from_elem(true, input.pods.len())
+    }
 }
 
-/// The pods' idle prefill rates, and which are slow.
-struct IdleRates {
+/// The pods' idle prefill rates, and which are slow: read once per decision, by both rules.
+pub struct IdleRates {
     rates: PerPod<Option<f64>>,
     fastest: f64,
 }
 
 impl IdleRates {
-    fn of(pods: &[Candidate<'_>]) -> Self {
+    pub fn of(pods: &[Candidate<'_>]) -> Self {
         let rates: PerPod<Option<f64>> = pods
             .iter()
             .map(|pod| pod.load.speed().idle_prefill_ms_per_block())

@@ -14,31 +14,25 @@
 //! late first copy.
 
 use super::expected::expected;
-use super::{PolicyInput, cold_copied_prefix, uncached_blocks};
+use super::{PolicyInput, uncached_blocks};
 use crate::policy::PerPod;
 
 /// Which pods may take the request: all but the busy copy targets whose first token is
 /// expected after `slo_millis` (see the module docs). `percents` are the pods' matches,
-/// `best` the largest, `shared_prefix` the prefix the request shares with its best holders.
+/// `best` the largest; the caller asks only for a copy of a held prefix that is not hot.
 pub fn in_time_targets(
     input: &PolicyInput<'_>,
     percents: &[u8],
     best: u8,
-    shared_prefix: Option<u64>,
     slo_millis: f64,
 ) -> PerPod<bool> {
-    let all = PerPod::from_elem(true, input.pods.len());
-    // A new family has no copy, and a hot prefix's later requests repay a late first copy.
-    if cold_copied_prefix(input, percents, best, shared_prefix).is_none() {
-        return all;
-    }
     // Nothing is filtered until every pod has learned its rate.
     if input
         .pods
         .iter()
         .any(|pod| pod.load.speed().prefill_ms_per_block().is_none())
     {
-        return all;
+        return PerPod::from_elem(true, input.pods.len());
     }
     let blocks = input.hashes.len() as u64;
     input

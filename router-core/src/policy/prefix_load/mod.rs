@@ -166,7 +166,10 @@ impl Policy for PrefixLoad {
         let shared_prefix = held
             .checked_sub(1)
             .and_then(|last| input.hashes.get(last as usize).copied());
-        let (mut costs, uncached) = self.costs(input, &percents, best, shared_prefix);
+        let (mut costs, uncached, in_flight) = self.costs(input, &percents, best, shared_prefix);
+        // A copy the copy filters may hold back: of a held prefix that is not hot (a hot
+        // prefix's later requests repay a late first copy).
+        let cold_copy = best > 0 && in_flight < config::HOT_IN_FLIGHT;
         if let Some(slo) = self.weights.ttft_slo_millis() {
             let least = uncached.iter().copied().min().unwrap_or(0);
             let outstanding = input.pods.iter().map(|p| p.load.shared_outstanding()).sum();
@@ -175,16 +178,23 @@ impl Policy for PrefixLoad {
                 keep_only(&mut costs, &sinks);
             }
         }
-        if let Some(slo) = self.weights.copy_in_time_millis() {
-            let in_time = in_time::in_time_targets(input, &percents, best, shared_prefix, slo);
-            keep_only(&mut costs, &in_time);
+        if let Some(slo) = self.weights.copy_in_time_millis()
+            && cold_copy
+        {
+            keep_only(
+                &mut costs,
+                &in_time::in_time_targets(input, &percents, best, slo),
+            );
         }
         if let Some(late) = self.weights.give_up_late_millis() {
             let slo = self.weights.ttft_slo_millis();
-            if let Some(given_up) = give_up::given_up_pods(input, &uncached, late, slo) {
+            let rates = give_up::IdleRates::of(input.pods);
+            if let Some(given_up) = give_up::given_up_pods(input, &rates, &uncached, late, slo) {
                 keep_only(&mut costs, &given_up);
-            } else if let Some(slo) = slo {
-                let targets = give_up::copy_targets(input, &percents, best, shared_prefix, slo);
+            } else if let Some(slo) = slo
+                && cold_copy
+            {
+                let targets = give_up::copy_targets(input, &rates, &percents, best, slo);
                 keep_only(&mut costs, &targets);
             }
         }
@@ -210,14 +220,15 @@ impl Policy for PrefixLoad {
 impl PrefixLoad {
     /// Each pod's cost for a request whose best match is `best` % (`percents` per pod), and
     /// whose prefix, if any block of it is held, is named `shared_prefix`; with the blocks
-    /// the request would prefill there.
+    /// the request would prefill there and the prefix's requests in flight on its best
+    /// holders.
     fn costs(
         &self,
         input: &PolicyInput<'_>,
         percents: &[u8],
         best: u8,
         shared_prefix: Option<u64>,
-    ) -> (PerPod<f64>, PerPod<u64>) {
+    ) -> (PerPod<f64>, PerPod<u64>, u64) {
         let weights = &self.weights;
         let blocks = input.hashes.len() as u64;
         // Requests of this prefix outstanding on each pod, and copies of it still prefilling.
@@ -237,7 +248,8 @@ impl PrefixLoad {
                 .iter()
                 .zip(&counts)
                 .any(|(&pct, c)| pct == best && c.outstanding > 0);
-        // The prefix's requests in flight on its best holders: its rate, for the copy price.
+        // The prefix's requests in flight on its best holders: its rate, for the copy price
+        // and the copy filters.
         let in_flight: u64 = percents
             .iter()
             .zip(&counts)
@@ -276,29 +288,8 @@ impl PrefixLoad {
                     + weights.family_weight * blocks as f64 * share
             })
             .collect();
-        (costs, prefills)
+        (costs, prefills, in_flight)
     }
-}
-
-/// The prefix a copy of this request would copy (`shared_prefix`, held by the pods matching
-/// `best` %, `percents` per pod), when the copy filters may hold it back: `None` for a new
-/// family (nothing to copy) and for a hot prefix, with [`config::HOT_IN_FLIGHT`] or more of
-/// its requests in flight on its best holders, whose later requests repay a late first copy.
-fn cold_copied_prefix(
-    input: &PolicyInput<'_>,
-    percents: &[u8],
-    best: u8,
-    shared_prefix: Option<u64>,
-) -> Option<u64> {
-    let prefix = shared_prefix.filter(|_| best > 0)?;
-    let in_flight: u64 = input
-        .pods
-        .iter()
-        .zip(percents)
-        .filter(|(_, pct)| **pct == best)
-        .map(|(pod, _)| u64::from(pod.load.shared_prefix_counts(prefix).outstanding))
-        .sum();
-    (in_flight < config::HOT_IN_FLIGHT).then_some(prefix)
 }
 
 /// With no full block nothing can be cached: the pod with the fewest outstanding requests,
