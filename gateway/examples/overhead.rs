@@ -146,6 +146,8 @@ async fn main() {
             name: "direct".to_owned(),
             url: replica.url(),
             model: Some(MODEL.to_owned()),
+            kv_events: None,
+            kv_replay: None,
         }],
         ..GatewayConfig::default()
     };

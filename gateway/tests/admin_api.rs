@@ -46,6 +46,8 @@ async fn gateway_over(replicas: &[&ReplicaHandle], token: Option<&str>) -> Gatew
             name: r.name().to_owned(),
             url: r.url(),
             model: None,
+            kv_events: None,
+            kv_replay: None,
         })
         .collect();
     config.upstream.max_retries = 1;

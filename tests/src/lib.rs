@@ -124,6 +124,8 @@ impl FakeUpstream {
             name: self.name.clone(),
             url: self.url(),
             model: None,
+            kv_events: None,
+            kv_replay: None,
         }
     }
 

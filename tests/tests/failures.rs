@@ -18,6 +18,8 @@ async fn refused_backend(name: &str) -> gateway::config::BackendConfig {
         name: name.to_owned(),
         url: format!("http://{addr}"),
         model: Some(MODEL.to_owned()),
+        kv_events: None,
+        kv_replay: None,
     }
 }
 
@@ -232,6 +234,8 @@ async fn a_dead_backend_with_no_known_model_is_a_503_and_not_ready() {
     // models it serves, so the model is not "not found" (404, which clients do not retry).
     let cold = gateway::config::BackendConfig {
         model: None,
+        kv_events: None,
+        kv_replay: None,
         ..refused_backend("cold").await
     };
     let mut config = gateway_config(vec![cold]);

@@ -306,27 +306,7 @@ impl GatewayConfig {
                 "is empty; leave it out for an open admin API",
             ));
         }
-        let mut names = std::collections::HashSet::new();
-        for (i, backend) in self.backends.iter().enumerate() {
-            if backend.name.is_empty() {
-                return Err(invalid(
-                    &format!("backends[{i}].name"),
-                    String::new(),
-                    "is empty",
-                ));
-            }
-            if !names.insert(backend.name.as_str()) {
-                return Err(invalid(
-                    &format!("backends[{i}].name"),
-                    backend.name.clone(),
-                    "names a replica twice",
-                ));
-            }
-            crate::replicas::static_::parse_base_url(&backend.url).map_err(|reason| {
-                invalid(&format!("backends[{i}].url"), backend.url.clone(), &reason)
-            })?;
-        }
-        Ok(())
+        crate::replicas::static_::validate(&self.backends)
     }
 
     pub fn connect_timeout(&self) -> Duration {
@@ -511,16 +491,6 @@ mod tests {
         config.validate().unwrap();
         assert_eq!(config.backends[0].model.as_deref(), Some("qwen"));
         assert_eq!(config.backends[1].model, None);
-    }
-
-    #[test]
-    fn duplicate_backend_names_are_refused() {
-        let text = "[[backends]]\nname = \"a\"\nurl = \"http://127.0.0.1:1\"\n[[backends]]\nname = \"a\"\nurl = \"http://127.0.0.1:2\"";
-        let error = GatewayConfig::from_toml_str(text)
-            .unwrap()
-            .validate()
-            .unwrap_err();
-        assert!(error.to_string().contains("backends[1].name"), "{error}");
     }
 }
 

@@ -52,6 +52,7 @@ struct Families {
     requests: IntCounterVec,
     outstanding: IntGaugeVec,
     ready: IntGaugeVec,
+    engine_missing: IntGaugeVec,
     model_in_flight: IntGaugeVec,
     model_ready: IntGaugeVec,
     model_queue: IntGaugeVec,
@@ -81,6 +82,8 @@ pub struct PodGauges<'a> {
     pub engine_waiting: Option<u64>,
     /// What its engine's `cached_tokens` taught about the prefix index's view of it.
     pub cache_trust: CacheTrust,
+    /// The engine gauges its last readable `/metrics` lacked (engine scrape).
+    pub engine_missing: &'a [&'static str],
 }
 
 /// A metric could not be registered (a name clash: a programming error caught by tests).
@@ -175,6 +178,13 @@ impl Metrics {
                 "Whether a replica takes new requests",
             ),
             &["pod"],
+        )?;
+        let engine_missing = IntGaugeVec::new(
+            Opts::new(
+                "prefixgate_engine_metric_missing",
+                "1 for each vLLM gauge the load view reads that the replica's /metrics lacked at the last engine scrape (renamed or not exported by this vLLM version; never read as zero)",
+            ),
+            &["pod", "metric"],
         )?;
         // Per model, for autoscalers (HPA, KEDA): what the replicas of a model have in flight
         // through this gateway, how many take requests, and how many wait in their engines.
@@ -273,6 +283,7 @@ impl Metrics {
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(outstanding.clone()))?;
         registry.register(Box::new(ready.clone()))?;
+        registry.register(Box::new(engine_missing.clone()))?;
         registry.register(Box::new(model_in_flight.clone()))?;
         registry.register(Box::new(model_ready.clone()))?;
         registry.register(Box::new(model_queue.clone()))?;
@@ -308,6 +319,7 @@ impl Metrics {
             requests,
             outstanding,
             ready,
+            engine_missing,
             model_in_flight,
             model_ready,
             model_queue,
@@ -394,6 +406,7 @@ impl Metrics {
         for family in [
             &f.outstanding,
             &f.ready,
+            &f.engine_missing,
             &f.model_in_flight,
             &f.model_ready,
             &f.model_queue,
@@ -408,6 +421,11 @@ impl Metrics {
             f.ready
                 .with_label_values(&[pod.pod])
                 .set(i64::from(pod.ready));
+            for metric in pod.engine_missing {
+                f.engine_missing
+                    .with_label_values(&[pod.pod, metric])
+                    .set(1);
+            }
             f.cache_trust
                 .with_label_values(&[pod.pod, "held"])
                 .set(pod.cache_trust.held);

@@ -143,6 +143,7 @@ fn per_pod_gauges_show_what_they_are_given() {
         models: &[],
         engine_waiting: None,
         cache_trust: router_core::load::CacheTrust::default(),
+        engine_missing: &[],
     };
     let text = metrics.render([pod(1, true)]);
     assert!(
@@ -177,6 +178,7 @@ fn model_gauges_sum_the_replicas_of_a_model_and_gone_pods_leave() {
             models: &m,
             engine_waiting: Some(2),
             cache_trust: Default::default(),
+            engine_missing: &[],
         },
         PodGauges {
             pod: "b",
@@ -185,6 +187,7 @@ fn model_gauges_sum_the_replicas_of_a_model_and_gone_pods_leave() {
             models: &m,
             engine_waiting: Some(5),
             cache_trust: Default::default(),
+            engine_missing: &[],
         },
         PodGauges {
             pod: "c",
@@ -193,6 +196,7 @@ fn model_gauges_sum_the_replicas_of_a_model_and_gone_pods_leave() {
             models: &other,
             engine_waiting: None,
             cache_trust: Default::default(),
+            engine_missing: &[],
         },
     ]);
     for line in [
@@ -215,11 +219,40 @@ fn model_gauges_sum_the_replicas_of_a_model_and_gone_pods_leave() {
         models: &m,
         engine_waiting: None,
         cache_trust: Default::default(),
+        engine_missing: &[],
     }]);
     assert!(!text.contains(r#"pod="b""#), "{text}");
     assert!(!text.contains(r#"model="x""#), "{text}");
     assert!(
         text.contains(r#"prefixgate_model_in_flight_requests{model="m"} 0"#),
+        "{text}"
+    );
+}
+
+#[test]
+fn missing_engine_gauges_are_named_per_pod_and_follow_the_scrape() {
+    let metrics = Metrics::new().unwrap();
+    let m = vec!["m".to_owned()];
+    let pod = |missing: &'static [&'static str]| PodGauges {
+        pod: "a",
+        outstanding: 0,
+        ready: true,
+        models: &m,
+        engine_waiting: None,
+        cache_trust: Default::default(),
+        engine_missing: missing,
+    };
+    let text = metrics.render([pod(&["vllm:kv_cache_usage_perc"])]);
+    assert!(
+        text.contains(
+            r#"prefixgate_engine_metric_missing{metric="vllm:kv_cache_usage_perc",pod="a"} 1"#
+        ),
+        "{text}"
+    );
+    // Present again: the series leaves rather than reading 0 as "known present".
+    let text = metrics.render([pod(&[])]);
+    assert!(
+        !text.contains("prefixgate_engine_metric_missing{"),
         "{text}"
     );
 }

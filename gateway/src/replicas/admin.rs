@@ -165,8 +165,12 @@ impl AdminHandle {
 
     /// A replica as the API shows it, with `state` overridden when given.
     fn describe(&self, replica: &Replica, state: Option<&str>) -> Value {
+        let missing = replica.engine_missing();
         let engine = replica.load().engine_stats().map(|stats| {
-            json!({"running": stats.running, "waiting": stats.waiting, "kv_usage": stats.kv_usage})
+            // A gauge the engine does not export shows as null, not as a zero it never said.
+            let kv_usage = (!missing.lacks_kv_usage()).then_some(stats.kv_usage);
+            json!({"running": stats.running, "waiting": stats.waiting, "kv_usage": kv_usage,
+                "missing": missing.names().collect::<Vec<_>>()})
         });
         json!({
             "name": replica.name(),

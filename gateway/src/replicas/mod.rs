@@ -31,12 +31,13 @@ pub mod kubernetes;
 pub mod kv_events;
 pub mod static_;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
 use router_core::PodLoad;
 
+use self::engine_scrape::MissingGauges;
 use self::kv_events::EventEndpoints;
 use crate::metrics::{Metrics, PodMetrics};
 
@@ -60,6 +61,10 @@ pub struct Replica {
     publishes_kv_events: bool,
     /// Set when it is leaving (an admin drain): it takes no new request.
     draining: AtomicBool,
+    /// The engine gauges its last readable `/metrics` lacked ([`MissingGauges`] bits).
+    engine_missing: AtomicU8,
+    /// Whether its last engine scrape failed (unreachable, an error status).
+    engine_scrape_failing: AtomicBool,
     origin: Origin,
     /// Its metric series, made on its first request and dropped with it.
     metrics: OnceLock<Arc<PodMetrics>>,
@@ -118,6 +123,8 @@ impl Replica {
             kv_events: None,
             publishes_kv_events: true,
             draining: AtomicBool::new(false),
+            engine_missing: AtomicU8::new(0),
+            engine_scrape_failing: AtomicBool::new(false),
             origin: Origin::Static,
             metrics: OnceLock::new(),
         }
@@ -165,13 +172,6 @@ impl Replica {
     }
 
     /// The same replica, publishing KV-cache events at `endpoints`.
-    #[cfg_attr(
-        not(feature = "mock-engines"),
-        expect(
-            dead_code,
-            reason = "only embedded mock engines carry their own endpoints"
-        )
-    )]
     pub fn with_kv_events(mut self, endpoints: EventEndpoints) -> Self {
         self.kv_events = Some(endpoints);
         self
@@ -194,6 +194,21 @@ impl Replica {
     /// `http://host:port`.
     pub fn base_url(&self) -> String {
         format!("http://{}", self.authority)
+    }
+
+    /// Records which engine gauges its `/metrics` lacked; returns those of the scrape before.
+    pub fn set_engine_missing(&self, missing: MissingGauges) -> MissingGauges {
+        MissingGauges::from_bits(self.engine_missing.swap(missing.bits(), Ordering::AcqRel))
+    }
+
+    /// The engine gauges its last readable `/metrics` lacked.
+    pub fn engine_missing(&self) -> MissingGauges {
+        MissingGauges::from_bits(self.engine_missing.load(Ordering::Acquire))
+    }
+
+    /// Records whether its engine scrape failed; returns whether the one before had.
+    pub fn set_engine_scrape_failing(&self, failing: bool) -> bool {
+        self.engine_scrape_failing.swap(failing, Ordering::AcqRel)
     }
 
     pub fn load(&self) -> &Arc<PodLoad> {

@@ -104,19 +104,27 @@ fn render_metrics(state: &AppState) -> String {
     let snapshot = state.replicas.snapshot();
     // Each replica's model list, held for the render (the gauges borrow it).
     let models: Vec<_> = snapshot.iter().map(|replica| replica.models()).collect();
-    state.metrics.render(
-        snapshot
-            .iter()
-            .zip(&models)
-            .map(|(replica, models)| PodGauges {
-                pod: replica.name(),
-                outstanding: replica.load().outstanding(),
-                ready: replica.is_ready(),
-                models: models.as_slice(),
-                engine_waiting: replica.load().engine_stats().map(|s| u64::from(s.waiting)),
-                cache_trust: replica.load().cache_trust(),
-            }),
-    )
+    let missing: Vec<Vec<_>> = snapshot
+        .iter()
+        .map(|replica| replica.engine_missing().names().collect())
+        .collect();
+    state
+        .metrics
+        .render(
+            snapshot
+                .iter()
+                .zip(&models)
+                .zip(&missing)
+                .map(|((replica, models), missing)| PodGauges {
+                    pod: replica.name(),
+                    outstanding: replica.load().outstanding(),
+                    ready: replica.is_ready(),
+                    models: models.as_slice(),
+                    engine_waiting: replica.load().engine_stats().map(|s| u64::from(s.waiting)),
+                    cache_trust: replica.load().cache_trust(),
+                    engine_missing: missing.as_slice(),
+                }),
+        )
 }
 
 async fn unknown_path(State(state): State<Arc<AppState>>, request: Request) -> Response {

@@ -49,6 +49,8 @@ pub fn backend(handle: &ReplicaHandle) -> BackendConfig {
         name: handle.name().to_owned(),
         url: handle.url(),
         model: Some(MOCK_MODEL.to_owned()),
+        kv_events: None,
+        kv_replay: None,
     }
 }
 

@@ -76,6 +76,8 @@ pub async fn serve_replica(name: &str, model: &str, endpoints: axum::Router) -> 
         name: name.to_owned(),
         url: format!("http://{addr}"),
         model: Some(model.to_owned()),
+        kv_events: None,
+        kv_replay: None,
     }
 }
 

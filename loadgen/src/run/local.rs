@@ -97,6 +97,8 @@ impl LocalStack {
                     name: r.name().to_owned(),
                     url: r.url(),
                     model: Some(options.model.clone()),
+                    kv_events: None,
+                    kv_replay: None,
                 })
                 .collect(),
             admission: gateway_admission(&options.admission),
