@@ -43,3 +43,6 @@ pub use edge::half_close::{
 pub use edge::head_guard::{HeadGuard, HeadVerdicts};
 pub use edge::server::{GatewayHandle, StartError, start};
 pub use edge::shutdown::StopSignals;
+/// The body KV sync sends to an engine's `/tokenize`, public for the real-vLLM suite, which
+/// checks that its ids are the ones vLLM's KV events carry (tests/tests/real_vllm/).
+pub use kv_sync::engine_tokens::tokenize_body;

@@ -8,7 +8,8 @@
 #
 # Installs vLLM first if the cached venv is missing (install.sh) and builds the model
 # (model.sh). STATE_DIR (default: a new temporary directory, named on stderr) receives each
-# replica's log, its process group id (`NAME.pgid`), `replicas` (the printed lines) and
+# replica's log, its process group id (`NAME.pgid`), `replicas` (the printed lines), `venv`
+# and `model` (the paths replica.sh takes), and
 # `backends.toml`: the same replicas as a prefixgate config, with each replica's KV-event
 # endpoints (replicas on one host publish on ports of their own), for `prefixgate --config`.
 set -euo pipefail
@@ -22,6 +23,9 @@ mkdir -p "$state"
 venv=$("$here/install.sh")
 model=$("$here/model.sh" "$venv")
 cores=$(nproc)
+# For whoever starts more replicas like these (the suite's SIGKILL test starts its own).
+echo "$venv" >"$state/venv"
+echo "$model" >"$state/model"
 
 # Free loopback ports, three per replica (HTTP, KV events, replay).
 mapfile -t ports < <("$venv/bin/python" - "$((3 * count))" <<'PY'

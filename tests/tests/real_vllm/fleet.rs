@@ -1,0 +1,192 @@
+//! The real vLLM replicas a run of the suite stands on: the two `tests/real-vllm/start.sh`
+//! started (named by `PREFIXGATE_REAL_VLLM_STATE`, its state directory), and any a test
+//! starts for itself with [`OwnReplica`] (the SIGKILL test kills one).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use gateway::config::{BackendConfig, GatewayConfig};
+use prefixgate_tests::Client;
+
+/// The model every replica serves (`--served-model-name`).
+pub const MODEL: &str = "tiny";
+
+/// The context every replica was started with (`--max-model-len`).
+pub const MAX_MODEL_LEN: u32 = 2048;
+
+/// What start.sh left in its state directory.
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    pub state: PathBuf,
+    /// As the gateway's `[[backends]]`, with each replica's KV-event endpoints.
+    pub backends: Vec<BackendConfig>,
+}
+
+impl Fleet {
+    /// The fleet of this run; panics with what to do when there is none.
+    pub fn from_env() -> Fleet {
+        let state = std::env::var_os("PREFIXGATE_REAL_VLLM_STATE")
+            .map(PathBuf::from)
+            .expect(
+                "PREFIXGATE_REAL_VLLM_STATE is unset: run the suite with tests/real-vllm/run.sh, \
+             which installs vLLM, starts two replicas and names their state directory",
+            );
+        let text = std::fs::read_to_string(state.join("backends.toml"))
+            .unwrap_or_else(|e| panic!("{}/backends.toml: {e}", state.display()));
+        let backends = GatewayConfig::from_toml_str(&text)
+            .unwrap_or_else(|e| panic!("{}/backends.toml: {e}", state.display()))
+            .backends;
+        assert!(
+            backends.len() >= 2,
+            "the suite needs two replicas, start.sh gave {}",
+            backends.len()
+        );
+        Fleet { state, backends }
+    }
+
+    pub fn a(&self) -> &BackendConfig {
+        &self.backends[0]
+    }
+
+    pub fn b(&self) -> &BackendConfig {
+        &self.backends[1]
+    }
+
+    /// The backend called `name`.
+    pub fn named(&self, name: &str) -> &BackendConfig {
+        self.backends
+            .iter()
+            .find(|b| b.name == name)
+            .unwrap_or_else(|| panic!("no replica {name}"))
+    }
+
+    fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.state.join(file))
+            .unwrap_or_else(|e| panic!("{}/{file}: {e}", self.state.display()))
+            .trim()
+            .to_owned()
+    }
+}
+
+/// One vLLM server's gauge from its own `/metrics` (summed over its engines).
+pub async fn engine_gauge(client: &Client, url: &str, name: &str) -> f64 {
+    let answer = client.call("GET", &format!("{url}/metrics"), &[], "").await;
+    assert_eq!(answer.status, 200, "{url}/metrics");
+    answer
+        .text()
+        .lines()
+        .filter(|line| line.starts_with(name) && line[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A replica started by one test and stopped (its whole process group) when dropped.
+#[derive(Debug)]
+pub struct OwnReplica {
+    pub backend: BackendConfig,
+    pgid: u32,
+    _child: tokio::process::Child,
+}
+
+impl OwnReplica {
+    /// Starts one more replica as start.sh does and waits (bounded) until it answers /health.
+    pub async fn start(fleet: &Fleet, name: &str) -> OwnReplica {
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let script = repo_root().join("tests/real-vllm/replica.sh");
+        let log = std::fs::File::create(fleet.state.join(format!("{name}.log"))).unwrap();
+        let mut command = tokio::process::Command::new(script);
+        command
+            .arg(fleet.read("venv"))
+            .arg(fleet.read("model"))
+            .args(ports.iter().map(u16::to_string))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            // Its own group, so the API server and its engine processes die together.
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = command.spawn().expect("replica.sh starts");
+        let pgid = child.id().expect("a pid");
+        let url = format!("http://127.0.0.1:{}", ports[0]);
+        let replica = OwnReplica {
+            backend: BackendConfig {
+                name: name.to_owned(),
+                url: url.clone(),
+                model: Some(MODEL.to_owned()),
+                kv_events: Some(format!("tcp://127.0.0.1:{}", ports[1])),
+                kv_replay: Some(format!("tcp://127.0.0.1:{}", ports[2])),
+            },
+            pgid,
+            _child: child,
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+        loop {
+            if healthy(ports[0]).await {
+                return replica;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{name} did not answer /health within 600 s (log: {}/{name}.log)",
+                fleet.state.display()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// SIGKILL to the replica's whole process group: a pod killed, an OOM, a node lost.
+    pub fn kill(&self) {
+        signal_group(self.pgid, "KILL");
+    }
+}
+
+impl Drop for OwnReplica {
+    fn drop(&mut self) {
+        signal_group(self.pgid, "KILL");
+    }
+}
+
+fn signal_group(pgid: u32, signal: &str) {
+    // std has no kill(2) without `unsafe`; kill(1) sends to a group given as -PGID.
+    let _ = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg("--")
+        .arg(format!("-{pgid}"))
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Whether `GET /health` on 127.0.0.1:`port` answers 200 (refused while vLLM starts).
+async fn healthy(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        tcp.write_all(b"GET /health HTTP/1.1\r\nhost: vllm\r\nconnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut head = [0u8; 12];
+        tcp.read_exact(&mut head).await.ok()?;
+        Some(head.starts_with(b"HTTP/1.1 200"))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), probe).await,
+        Ok(Some(true))
+    )
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The repository's root (this crate is `tests/`).
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the repository")
+}
