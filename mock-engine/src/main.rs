@@ -27,7 +27,7 @@ use mock_engine::kv_events::{EventFormat, KvEventsConfig};
 use mock_engine::model::EngineProfile;
 use mock_engine::server::{FailurePlan, FailureSpec, ReplicaConfig, spawn_replica_with_events};
 
-/// Simulated vLLM 0.11 replicas: the OpenAI HTTP API, /metrics and prefix caching over a
+/// Simulated vLLM 0.32 replicas: the OpenAI HTTP API, /metrics and prefix caching over a
 /// clocked engine model, with failure injection for testing gateways.
 #[derive(Debug, Parser)]
 #[command(name = "mock-engine", version, after_help = AFTER_HELP)]

@@ -165,7 +165,7 @@ fn prints_replicas_serves_and_stops_on_sigterm() {
         answer
     });
     assert!(version.starts_with("HTTP/1.1 200"), "{version}");
-    assert!(version.ends_with(r#"{"version":"0.11.0"}"#), "{version}");
+    assert!(version.ends_with(r#"{"version":"0.32.0"}"#), "{version}");
     engine.terminate();
     let status = engine.exit_status();
     assert!(status.success(), "clean exit on SIGTERM: {status}");

@@ -1,4 +1,4 @@
-//! vLLM 0.11 response shapes over real sockets: streamed and whole chat and completions,
+//! vLLM 0.32 response shapes over real sockets: streamed and whole chat and completions,
 //! usage with cached tokens, errors, and the small endpoints.
 
 mod support;
@@ -76,7 +76,7 @@ async fn streamed_chat_sends_role_tokens_finish_usage_done_in_order() {
 }
 
 #[tokio::test]
-async fn streamed_completion_has_no_role_chunk_and_null_usage_per_chunk() {
+async fn streamed_completion_has_no_role_chunk_and_no_usage_per_chunk() {
     bounded(async {
         let replica = start(fast()).await;
         let with_usage = post_completion(&replica, &completion_body("a b c", 3, true, true)).await;
@@ -86,8 +86,8 @@ async fn streamed_completion_has_no_role_chunk_and_null_usage_per_chunk() {
             let chunk: Value = serde_json::from_str(event).unwrap();
             assert!(chunk["id"].as_str().unwrap().starts_with("cmpl-"));
             assert_eq!(chunk["object"], "text_completion");
-            assert_eq!(chunk["usage"], Value::Null);
-            assert!(event.contains(r#""usage":null"#));
+            // vLLM 0.32 writes no `usage` on token chunks (0.11 wrote null).
+            assert!(chunk.get("usage").is_none(), "{event}");
             let choice = &chunk["choices"][0];
             assert!(choice["text"].as_str().unwrap().starts_with(' '));
             assert_eq!(choice["stop_reason"], Value::Null);
@@ -101,7 +101,12 @@ async fn streamed_completion_has_no_role_chunk_and_null_usage_per_chunk() {
         let usage: Value = serde_json::from_str(&events[3]).unwrap();
         assert_eq!(usage["usage"]["prompt_tokens"], 3);
         assert_eq!(usage["usage"]["completion_tokens"], 3);
-        assert!(usage["usage"].get("prompt_tokens_details").is_none());
+        // Completions report no created_cache_tokens; cached_tokens is there even at 0.
+        assert_eq!(
+            usage["usage"]["prompt_tokens_details"],
+            serde_json::json!({"cached_tokens": 0})
+        );
+        assert!(usage["system_fingerprint"].is_string());
         assert_eq!(events[4], "[DONE]");
 
         let without = post_completion(&replica, &completion_body("a b c", 2, true, false)).await;
@@ -125,7 +130,7 @@ async fn whole_bodies_are_full_dumps() {
         let body = chat.json();
         let id = body["id"].as_str().unwrap();
         let hex = id.strip_prefix("chatcmpl-").unwrap();
-        assert_eq!(hex.len(), 32);
+        assert_eq!(hex.len(), 16);
         assert_eq!(body["object"], "chat.completion");
         let message = &body["choices"][0]["message"];
         assert_eq!(message["role"], "assistant");
@@ -133,28 +138,31 @@ async fn whole_bodies_are_full_dumps() {
             mock_engine::tokenizer::encode(message["content"].as_str().unwrap()).len(),
             5
         );
-        assert_eq!(message["tool_calls"], serde_json::json!([]));
-        for null in [
-            "refusal",
-            "annotations",
-            "audio",
-            "function_call",
-            "reasoning_content",
-        ] {
+        assert!(message.get("tool_calls").is_none(), "vLLM 0.32 leaves tool_calls out");
+        for null in ["refusal", "annotations", "audio", "function_call", "reasoning"] {
             assert_eq!(message[null], Value::Null, "{null}");
             assert!(message.get(null).is_some(), "{null} present");
         }
         assert_eq!(body["choices"][0]["finish_reason"], "length");
         for null in [
             "service_tier",
-            "system_fingerprint",
             "prompt_logprobs",
+            "prompt_token_ids",
+            "prompt_text",
             "kv_transfer_params",
+            "ec_transfer_params",
+            "metrics",
         ] {
             assert!(body.get(null).is_some_and(Value::is_null), "{null}");
         }
+        assert!(body["system_fingerprint"].as_str().unwrap().starts_with("vllm-0.32.0-"));
         assert_eq!(body["usage"]["completion_tokens"], 5);
-        assert!(chat.body.contains(r#""prompt_tokens_details":null"#));
+        // Chat counts what it cached: the prompt's full 16-token blocks, none found cached.
+        let prompt = body["usage"]["prompt_tokens"].as_u64().unwrap();
+        assert_eq!(
+            body["usage"]["prompt_tokens_details"],
+            serde_json::json!({"cached_tokens": 0, "created_cache_tokens": prompt / 16 * 16, "multimodal_tokens": null})
+        );
 
         let completion = post_completion(&replica, &completion_body("x y", 2, false, false)).await;
         let body = completion.json();
@@ -172,7 +180,10 @@ async fn a_repeated_prompt_reports_cached_tokens() {
         let replica = start(fast()).await;
         let prompt = prompt_of(100, "w");
         let first = post_completion(&replica, &completion_body(&prompt, 2, false, false)).await;
-        assert_eq!(first.json()["usage"]["prompt_tokens_details"], Value::Null);
+        assert_eq!(
+            first.json()["usage"]["prompt_tokens_details"],
+            serde_json::json!({"cached_tokens": 0, "created_cache_tokens": null, "multimodal_tokens": null})
+        );
         let second = post_completion(&replica, &completion_body(&prompt, 2, true, true)).await;
         let events = sse_events(&second.body);
         let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
@@ -197,7 +208,7 @@ async fn errors_use_vllm_status_and_shape() {
         assert_eq!(unknown.status, StatusCode::NOT_FOUND);
         assert_eq!(
             unknown.json(),
-            serde_json::json!({"error":{"message":"The model `other` does not exist.","type":"NotFoundError","param":null,"code":404}})
+            serde_json::json!({"error":{"message":format!("The model `other` does not exist. Valid aliases: {MODEL}."),"type":"NotFoundError","param":"model","code":404}})
         );
 
         let max_model_len = fast().max_model_len;
@@ -207,18 +218,20 @@ async fn errors_use_vllm_status_and_shape() {
         let message = context.json()["error"]["message"].as_str().unwrap().to_owned();
         assert!(message.starts_with(&format!("This model's maximum context length is {max_model_len} tokens.")), "{message}");
         assert_eq!(context.json()["error"]["type"], "BadRequestError");
+        assert_eq!(context.json()["error"]["param"], "input_tokens");
         assert_eq!(context.json()["error"]["code"], 400);
 
-        let max_tokens = post_completion(&replica, &completion_body("a b", u32::try_from(max_model_len).unwrap(), false, false))
-        .await;
+        let over = u32::try_from(max_model_len + 1).unwrap();
+        let max_tokens = post_completion(&replica, &completion_body("a b", over, false, false)).await;
         assert_eq!(max_tokens.status, StatusCode::BAD_REQUEST);
-        assert!(max_tokens.body.contains("'max_tokens' or 'max_completion_tokens' is too large"));
+        assert!(max_tokens.body.contains("cannot be greater than max_model_len"), "{}", max_tokens.body);
+        assert_eq!(max_tokens.json()["error"]["param"], "max_tokens");
 
         for (path, body, needle) in [
-            ("/v1/chat/completions", "{not json", "Invalid JSON body"),
-            ("/v1/chat/completions", r#"{"model":"test-model"}"#, "`messages`"),
-            ("/v1/completions", r#"{"model":"test-model","prompt":"a","stream":1}"#, "`stream`"),
-            ("/v1/completions", r#"{"model":"test-model","prompt":""}"#, "empty"),
+            ("/v1/chat/completions", "{not json", "JSON decode error"),
+            ("/v1/chat/completions", r#"{"model":"test-model"}"#, "'loc': 'body.messages', 'msg': 'Field required'"),
+            ("/v1/completions", r#"{"model":"test-model","prompt":"a","stream":1}"#, "valid boolean"),
+            ("/v1/completions", r#"{"model":"test-model","prompt":""}"#, "non-empty"),
         ] {
             let answer = post(&replica, path, body).await;
             assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{body}");
@@ -246,7 +259,7 @@ async fn small_endpoints_answer_like_vllm() {
         assert_eq!(post(&replica, "/ping", "").await.status, StatusCode::OK);
         assert_eq!(
             get(&replica, "/version").await.json(),
-            serde_json::json!({"version":"0.11.0"})
+            serde_json::json!({"version":"0.32.0"})
         );
 
         let models = get(&replica, "/v1/models").await.json();

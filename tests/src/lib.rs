@@ -22,6 +22,8 @@
 //! `stall:N` (N events, then silence). `x-fake-delay: MS` holds any of them back MS ms
 //! before the response head (a request waiting in an engine's queue).
 
+pub mod vllm_fixtures;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -16,6 +16,7 @@ mod real_vllm {
     mod disconnect;
     mod drain_and_kill;
     mod engine_metrics;
+    mod fixtures;
     mod kv_events;
     mod passthrough;
 }

@@ -1,80 +1,112 @@
-//! `/v1/chat/completions` response shapes, as vLLM 0.11 writes them.
+//! `/v1/chat/completions` response shapes, as vLLM 0.32 writes them.
 //!
 //! Streamed chunks are `model_dump_json(exclude_unset=True)`: the role chunk carries
-//! `{"role":"assistant","content":""}`, token chunks carry only `content`, and only the last
-//! token's chunk has `stop_reason` (set with `finish_reason`). The non-streamed body is a full
-//! dump, so every optional field is present as `null`.
+//! `{"role":"assistant","content":""}` and, after its choice, `"prompt_token_ids":null,
+//! "prompt_text":null`; token chunks carry `content` and `"token_ids":null`; only the last
+//! token's chunk has `stop_reason` (set with `finish_reason`), and the stream's last chunk
+//! before `[DONE]` (that one, or the usage chunk) the `system_fingerprint`. The non-streamed
+//! body is a full dump, so every optional field is present as `null`.
 
 use serde::Serialize;
 
-use super::envelope::{FullUsage, ResponseMeta, UsageCounts, to_json};
+use super::envelope::{FullUsage, ResponseMeta, SYSTEM_FINGERPRINT, UsageCounts, to_json};
 use super::single_choice::SingleChoice;
 
 /// `object` of a streamed chat chunk.
 pub const CHUNK_OBJECT: &str = "chat.completion.chunk";
 
 #[derive(Serialize)]
-struct ChunkChoice<'a> {
+struct RoleChoice {
     index: u32,
-    delta: Delta<'a>,
+    delta: RoleDelta,
+    logprobs: Option<()>,
+    finish_reason: Option<()>,
+}
+
+#[derive(Serialize)]
+struct RoleDelta {
+    role: &'static str,
+    content: &'static str,
+}
+
+/// What follows the role chunk's choice.
+#[derive(Serialize)]
+struct RoleTail {
+    prompt_token_ids: Option<()>,
+    prompt_text: Option<()>,
+}
+
+#[derive(Serialize)]
+struct TokenChoice<'a> {
+    index: u32,
+    delta: TokenDelta<'a>,
     logprobs: Option<()>,
     finish_reason: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stop_reason: Option<Option<()>>,
+    token_ids: Option<()>,
 }
 
 #[derive(Serialize)]
-struct Delta<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    role: Option<&'static str>,
+struct TokenDelta<'a> {
     content: &'a str,
 }
 
-fn chunk(meta: &ResponseMeta, delta: Delta<'_>, finish: Option<&str>) -> String {
-    let choice = ChunkChoice {
-        index: 0,
-        delta,
-        logprobs: None,
-        finish_reason: finish,
-        // `Some(None)` writes `"stop_reason":null`; only the finishing chunk sets it.
-        stop_reason: finish.map(|_| None),
-    };
-    // A streamed chat chunk has nothing after its choice.
-    to_json(&SingleChoice::new(meta, CHUNK_OBJECT, choice, ()))
+/// What follows a token chunk's choice: the fingerprint, on the stream's last chunk only.
+#[derive(Serialize)]
+struct TokenTail {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_fingerprint: Option<&'static str>,
 }
 
 /// The first chunk of a stream, sent together with the first token.
 pub fn role_chunk(meta: &ResponseMeta) -> String {
-    chunk(
-        meta,
-        Delta {
-            role: Some("assistant"),
+    let choice = RoleChoice {
+        index: 0,
+        delta: RoleDelta {
+            role: "assistant",
             content: "",
         },
-        None,
-    )
+        logprobs: None,
+        finish_reason: None,
+    };
+    let tail = RoleTail {
+        prompt_token_ids: None,
+        prompt_text: None,
+    };
+    to_json(&SingleChoice::new(meta, CHUNK_OBJECT, choice, tail))
 }
 
-/// One token's chunk; `finish` is set on the last token.
-pub fn token_chunk(meta: &ResponseMeta, text: &str, finish: Option<&str>) -> String {
-    chunk(
-        meta,
-        Delta {
-            role: None,
-            content: text,
-        },
-        finish,
-    )
+/// One token's chunk; `finish` is set on the last token, and `last` when no usage chunk
+/// follows it.
+pub fn token_chunk(meta: &ResponseMeta, text: &str, finish: Option<&str>, last: bool) -> String {
+    let choice = TokenChoice {
+        index: 0,
+        delta: TokenDelta { content: text },
+        logprobs: None,
+        finish_reason: finish,
+        // `Some(None)` writes `"stop_reason":null`; only the finishing chunk sets it.
+        stop_reason: finish.map(|_| None),
+        token_ids: None,
+    };
+    let tail = TokenTail {
+        system_fingerprint: last.then_some(SYSTEM_FINGERPRINT),
+    };
+    to_json(&SingleChoice::new(meta, CHUNK_OBJECT, choice, tail))
 }
 
 /// What follows the choice in the non-streamed body.
 #[derive(Serialize)]
 struct BodyTail {
     service_tier: Option<()>,
-    system_fingerprint: Option<()>,
+    system_fingerprint: &'static str,
     usage: FullUsage,
     prompt_logprobs: Option<()>,
+    prompt_token_ids: Option<()>,
+    prompt_text: Option<()>,
     kv_transfer_params: Option<()>,
+    ec_transfer_params: Option<()>,
+    metrics: Option<()>,
 }
 
 #[derive(Serialize)]
@@ -84,6 +116,8 @@ struct BodyChoice<'a> {
     logprobs: Option<()>,
     finish_reason: &'a str,
     stop_reason: Option<()>,
+    token_ids: Option<()>,
+    routed_experts: Option<()>,
 }
 
 #[derive(Serialize)]
@@ -94,8 +128,7 @@ struct Message<'a> {
     annotations: Option<()>,
     audio: Option<()>,
     function_call: Option<()>,
-    tool_calls: [(); 0],
-    reasoning_content: Option<()>,
+    reasoning: Option<()>,
 }
 
 /// The non-streamed response body.
@@ -109,19 +142,24 @@ pub fn full_body(meta: &ResponseMeta, text: &str, finish: &str, usage: &UsageCou
             annotations: None,
             audio: None,
             function_call: None,
-            tool_calls: [],
-            reasoning_content: None,
+            reasoning: None,
         },
         logprobs: None,
         finish_reason: finish,
         stop_reason: None,
+        token_ids: None,
+        routed_experts: None,
     };
     let tail = BodyTail {
         service_tier: None,
-        system_fingerprint: None,
+        system_fingerprint: SYSTEM_FINGERPRINT,
         usage: usage.full(),
         prompt_logprobs: None,
+        prompt_token_ids: None,
+        prompt_text: None,
         kv_transfer_params: None,
+        ec_transfer_params: None,
+        metrics: None,
     };
     to_json(&SingleChoice::new(meta, "chat.completion", choice, tail))
 }
@@ -142,15 +180,15 @@ mod tests {
     fn chunks_match_vllm() {
         assert_eq!(
             role_chunk(&meta()),
-            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}"#
         );
         assert_eq!(
-            token_chunk(&meta(), " foo", None),
-            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":" foo"},"logprobs":null,"finish_reason":null}]}"#
+            token_chunk(&meta(), " foo", None, false),
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":" foo"},"logprobs":null,"finish_reason":null,"token_ids":null}]}"#
         );
         assert_eq!(
-            token_chunk(&meta(), " end", Some("length")),
-            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":" end"},"logprobs":null,"finish_reason":"length","stop_reason":null}]}"#
+            token_chunk(&meta(), " end", Some("length"), true),
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":" end"},"logprobs":null,"finish_reason":"length","stop_reason":null,"token_ids":null}],"system_fingerprint":"vllm-0.32.0-6d6f636b"}"#
         );
     }
 
@@ -160,10 +198,11 @@ mod tests {
             prompt_tokens: 5,
             completion_tokens: 2,
             cached_tokens: 0,
+            created_cache_tokens: Some(0),
         };
         assert_eq!(
             full_body(&meta(), " a b", "length", &usage),
-            r#"{"id":"chatcmpl-1","object":"chat.completion","created":7,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":" a b","refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[],"reasoning_content":null},"logprobs":null,"finish_reason":"length","stop_reason":null}],"service_tier":null,"system_fingerprint":null,"usage":{"prompt_tokens":5,"total_tokens":7,"completion_tokens":2,"prompt_tokens_details":null},"prompt_logprobs":null,"kv_transfer_params":null}"#
+            r#"{"id":"chatcmpl-1","object":"chat.completion","created":7,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":" a b","refusal":null,"annotations":null,"audio":null,"function_call":null,"reasoning":null},"logprobs":null,"finish_reason":"length","stop_reason":null,"token_ids":null,"routed_experts":null}],"service_tier":null,"system_fingerprint":"vllm-0.32.0-6d6f636b","usage":{"prompt_tokens":5,"total_tokens":7,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":0,"created_cache_tokens":0,"multimodal_tokens":null},"completion_tokens_details":null},"prompt_logprobs":null,"prompt_token_ids":null,"prompt_text":null,"kv_transfer_params":null,"ec_transfer_params":null,"metrics":null}"#
         );
     }
 }

@@ -1,14 +1,19 @@
 //! The parts every OpenAI response of a replica shares: the id, `created` and `model` fields,
-//! and the `usage` block in its two spellings (full dump in bodies, nulls left out in the
-//! streamed usage chunk), in vLLM's field order.
+//! the server's `system_fingerprint`, and the `usage` block in its two spellings (full dump
+//! in bodies, nulls left out in the streamed usage chunk), in vLLM 0.32's field order.
 //!
-//! `usage.prompt_tokens_details` carries `cached_tokens` only when the request hit the prefix
-//! cache: the mock behaves as a vLLM started with `--enable-prompt-tokens-details`.
+//! The mock behaves as a vLLM started with `--enable-prompt-tokens-details`: every usage has
+//! `prompt_tokens_details` with `cached_tokens` (0 included). Chat also reports
+//! `created_cache_tokens`, the prompt's full blocks this request wrote to the cache; vLLM's
+//! completions leave it null (and out of the streamed chunk), and so does the mock.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rand::Rng;
 use serde::Serialize;
+
+/// The `system_fingerprint` vLLM writes: its version and a build hash (here "mock").
+pub const SYSTEM_FINGERPRINT: &str = "vllm-0.32.0-6d6f636b";
 
 /// The identity of one response, shared by all its chunks.
 #[derive(Debug, Clone, Serialize)]
@@ -20,11 +25,11 @@ pub struct ResponseMeta {
 
 impl ResponseMeta {
     /// `prefix` is `chatcmpl` or `cmpl`; the base id is the client's `X-Request-Id` when it
-    /// sent one (as vLLM does), else 32 random hex digits.
+    /// sent one (as vLLM does), else 16 random hex digits (vLLM 0.32's length).
     pub fn new(prefix: &str, request_id: Option<&str>, model: &str) -> Self {
         let base = match request_id {
             Some(id) if !id.is_empty() => id.to_owned(),
-            _ => random_hex32(),
+            _ => random_hex16(),
         };
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -38,9 +43,9 @@ impl ResponseMeta {
     }
 }
 
-fn random_hex32() -> String {
-    let value: u128 = rand::rng().random();
-    format!("{value:032x}")
+fn random_hex16() -> String {
+    let value: u64 = rand::rng().random();
+    format!("{value:016x}")
 }
 
 /// Token counts of one request.
@@ -49,21 +54,34 @@ pub struct UsageCounts {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     pub cached_tokens: u32,
+    /// The prompt's tokens this request newly cached (chat only; `None` for completions).
+    pub created_cache_tokens: Option<u32>,
 }
 
+/// `usage.prompt_tokens_details` of a non-streamed body (every field).
 #[derive(Debug, Serialize)]
-pub struct PromptTokensDetails {
+pub struct FullDetails {
     pub cached_tokens: u32,
+    pub created_cache_tokens: Option<u32>,
+    pub multimodal_tokens: Option<()>,
 }
 
-/// `usage` as a non-streamed body writes it: every field, `prompt_tokens_details` null when
-/// nothing was cached.
+/// `usage.prompt_tokens_details` of the streamed usage chunk (`exclude_none`).
+#[derive(Debug, Serialize)]
+pub struct StreamDetails {
+    pub cached_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_cache_tokens: Option<u32>,
+}
+
+/// `usage` as a non-streamed body writes it: every field.
 #[derive(Debug, Serialize)]
 pub struct FullUsage {
     pub prompt_tokens: u32,
     pub total_tokens: u32,
     pub completion_tokens: u32,
-    pub prompt_tokens_details: Option<PromptTokensDetails>,
+    pub prompt_tokens_details: FullDetails,
+    pub completion_tokens_details: Option<()>,
 }
 
 /// `usage` as the streamed usage chunk writes it (`exclude_none`).
@@ -72,23 +90,21 @@ pub struct StreamUsage {
     pub prompt_tokens: u32,
     pub total_tokens: u32,
     pub completion_tokens: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prompt_tokens_details: Option<PromptTokensDetails>,
+    pub prompt_tokens_details: StreamDetails,
 }
 
 impl UsageCounts {
-    fn details(&self) -> Option<PromptTokensDetails> {
-        (self.cached_tokens > 0).then_some(PromptTokensDetails {
-            cached_tokens: self.cached_tokens,
-        })
-    }
-
     pub fn full(&self) -> FullUsage {
         FullUsage {
             prompt_tokens: self.prompt_tokens,
             total_tokens: self.prompt_tokens + self.completion_tokens,
             completion_tokens: self.completion_tokens,
-            prompt_tokens_details: self.details(),
+            prompt_tokens_details: FullDetails {
+                cached_tokens: self.cached_tokens,
+                created_cache_tokens: self.created_cache_tokens,
+                multimodal_tokens: None,
+            },
+            completion_tokens_details: None,
         }
     }
 
@@ -97,12 +113,16 @@ impl UsageCounts {
             prompt_tokens: self.prompt_tokens,
             total_tokens: self.prompt_tokens + self.completion_tokens,
             completion_tokens: self.completion_tokens,
-            prompt_tokens_details: self.details(),
+            prompt_tokens_details: StreamDetails {
+                cached_tokens: self.cached_tokens,
+                created_cache_tokens: self.created_cache_tokens,
+            },
         }
     }
 }
 
-/// The usage-only chunk that closes a stream with `include_usage` (same for both endpoints).
+/// The usage-only chunk that closes a stream with `include_usage` (same for both endpoints),
+/// the stream's last, so it carries the fingerprint.
 #[derive(Serialize)]
 struct UsageChunk<'a> {
     id: &'a str,
@@ -111,6 +131,7 @@ struct UsageChunk<'a> {
     model: &'a str,
     choices: [(); 0],
     usage: StreamUsage,
+    system_fingerprint: &'static str,
 }
 
 /// Writes the usage chunk; `object` is the endpoint's chunk object name.
@@ -122,6 +143,7 @@ pub fn usage_chunk(meta: &ResponseMeta, object: &str, usage: &UsageCounts) -> St
         model: &meta.model,
         choices: [],
         usage: usage.streamed(),
+        system_fingerprint: SYSTEM_FINGERPRINT,
     })
 }
 
@@ -141,7 +163,7 @@ mod tests {
         assert_eq!(given.id, "chatcmpl-abc");
         let fresh = ResponseMeta::new("cmpl", None, "m");
         let hex = fresh.id.strip_prefix("cmpl-").unwrap();
-        assert_eq!(hex.len(), 32);
+        assert_eq!(hex.len(), 16);
         assert!(hex.chars().all(|c| c.is_ascii_hexdigit()));
     }
 
@@ -151,22 +173,24 @@ mod tests {
             prompt_tokens: 10,
             completion_tokens: 3,
             cached_tokens: 0,
+            created_cache_tokens: Some(0),
         };
         assert_eq!(
             to_json(&cold.full()),
-            r#"{"prompt_tokens":10,"total_tokens":13,"completion_tokens":3,"prompt_tokens_details":null}"#
+            r#"{"prompt_tokens":10,"total_tokens":13,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":0,"created_cache_tokens":0,"multimodal_tokens":null},"completion_tokens_details":null}"#
         );
         assert_eq!(
             to_json(&cold.streamed()),
-            r#"{"prompt_tokens":10,"total_tokens":13,"completion_tokens":3}"#
+            r#"{"prompt_tokens":10,"total_tokens":13,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":0,"created_cache_tokens":0}}"#
         );
-        let warm = UsageCounts {
+        let completion = UsageCounts {
             cached_tokens: 8,
+            created_cache_tokens: None,
             ..cold
         };
         assert_eq!(
-            to_json(&warm.streamed()),
-            r#"{"prompt_tokens":10,"total_tokens":13,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":8}}"#
+            to_json(&completion.full()),
+            r#"{"prompt_tokens":10,"total_tokens":13,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":8,"created_cache_tokens":null,"multimodal_tokens":null},"completion_tokens_details":null}"#
         );
         let meta = ResponseMeta {
             id: "cmpl-1".into(),
@@ -174,8 +198,8 @@ mod tests {
             model: "m".into(),
         };
         assert_eq!(
-            usage_chunk(&meta, "text_completion", &warm),
-            r#"{"id":"cmpl-1","object":"text_completion","created":5,"model":"m","choices":[],"usage":{"prompt_tokens":10,"total_tokens":13,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":8}}}"#
+            usage_chunk(&meta, "text_completion", &completion),
+            r#"{"id":"cmpl-1","object":"text_completion","created":5,"model":"m","choices":[],"usage":{"prompt_tokens":10,"total_tokens":13,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":8}},"system_fingerprint":"vllm-0.32.0-6d6f636b"}"#
         );
     }
 }

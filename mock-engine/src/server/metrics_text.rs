@@ -196,6 +196,14 @@ impl Exposition {
                 float(m.request_success.get(reason) as f64)
             );
         }
+        // vLLM 0.32 pre-creates two reasons the mock's engine never ends a request with.
+        for reason in ["error", "repetition"] {
+            let _ = writeln!(
+                self.text,
+                "{name}_total{{engine=\"0\",finished_reason=\"{reason}\",model_name=\"{}\"}} 0.0",
+                self.model
+            );
+        }
     }
 
     fn histogram(&mut self, name: &str, help: &str, histogram: &Histogram) {
@@ -301,6 +309,7 @@ mod tests {
             "vllm:request_success_total{engine=\"0\",finished_reason=\"stop\",model_name=\"m\\\"x\"} 0.0",
             "vllm:request_success_total{engine=\"0\",finished_reason=\"length\",model_name=\"m\\\"x\"} 2.0",
             "vllm:request_success_total{engine=\"0\",finished_reason=\"abort\",model_name=\"m\\\"x\"} 0.0",
+            "vllm:request_success_total{engine=\"0\",finished_reason=\"error\",model_name=\"m\\\"x\"} 0.0",
             "# TYPE vllm:time_to_first_token_seconds histogram",
             "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.25\",model_name=\"m\\\"x\"} 0.0",
             "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.5\",model_name=\"m\\\"x\"} 1.0",

@@ -228,6 +228,7 @@ pub async fn spawn_replica_with_events(
     let (stop, stopped) = watch::channel(false);
     let (drain, draining) = watch::channel(false);
     let max_model_len = profile.max_model_len;
+    let block_size = profile.block_size;
     let profile_name = profile.name.clone();
     let clock = EngineClock::start(time_scale);
     // Unix time at engine time 0: the events' `ts` is this plus engine seconds.
@@ -264,6 +265,7 @@ pub async fn spawn_replica_with_events(
         name.clone(),
         model.clone(),
         max_model_len,
+        block_size,
         driver.clone(),
         failures,
     ));

@@ -18,6 +18,8 @@ pub struct Replica {
     /// The served model name (`model` must equal it).
     pub model: String,
     pub max_model_len: usize,
+    /// Tokens per KV block (what a request's `created_cache_tokens` counts in).
+    pub block_size: usize,
     pub driver: EngineDriver,
     pub failures: FailurePlan,
     /// Unix seconds at start, for `/v1/models`.
@@ -31,6 +33,7 @@ impl Replica {
         name: String,
         model: String,
         max_model_len: usize,
+        block_size: usize,
         driver: EngineDriver,
         failures: FailurePlan,
     ) -> Self {
@@ -45,6 +48,7 @@ impl Replica {
             name,
             model,
             max_model_len,
+            block_size,
             driver,
             failures,
             created,

@@ -3,7 +3,11 @@
 //!
 //! Only the fields that change what the mock does are read; other OpenAI fields
 //! (`temperature`, `top_p`, …) are accepted and ignored, as vLLM accepts extra fields. Every
-//! wrong input is a 400 whose message names the field and what was expected.
+//! wrong input is a 400 in vLLM 0.32's shape: a body its request models refuse (not JSON,
+//! not an object, a missing or mistyped field) is a validation error located at the field
+//! (`param: "body.messages"`; the offset for JSON that does not parse), the rest name the
+//! parameter as vLLM's serving code does. `model` may be left out: vLLM then serves its one
+//! model.
 //!
 //! Chat prompts are rendered with the mock's fixed template ([`crate::chat_template`]),
 //! `<|role|> content` per message and a trailing `<|assistant|>`, so a chat request costs a few
@@ -32,7 +36,8 @@ pub enum PromptInput {
 /// What a generation request asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerationParams {
-    pub model: String,
+    /// `None` when the request names no model (the served one answers).
+    pub model: Option<String>,
     pub prompt: PromptInput,
     /// `max_tokens` (or chat's `max_completion_tokens`); `None` means "up to the context".
     pub max_tokens: Option<u32>,
@@ -44,17 +49,11 @@ pub struct GenerationParams {
 
 /// Parses a request body for `endpoint`.
 pub fn parse_generation(endpoint: Endpoint, body: &[u8]) -> Result<GenerationParams, ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))?;
-    let Value::Object(fields) = value else {
-        return Err(ApiError::bad_request(
-            "Invalid request body: expected a JSON object",
-        ));
-    };
+    let fields = json_object(body)?;
     let model = match fields.get("model") {
-        Some(Value::String(model)) => model.clone(),
-        Some(_) => return Err(wrong_type("model", "a string")),
-        None => return Err(missing("model")),
+        None | Some(Value::Null) => None,
+        Some(Value::String(model)) => Some(model.clone()),
+        Some(other) => return Err(wrong_type("model", other, "string_type", "a valid string")),
     };
     let prompt = match endpoint {
         Endpoint::Chat => PromptInput::Text(chat_prompt(&fields)?),
@@ -80,7 +79,14 @@ pub fn parse_generation(endpoint: Endpoint, body: &[u8]) -> Result<GenerationPar
         Some(Value::Object(options)) => {
             optional_bool(options, "include_usage")?.unwrap_or(true) && stream
         }
-        Some(_) => return Err(wrong_type("stream_options", "an object")),
+        Some(other) => {
+            return Err(wrong_type(
+                "stream_options",
+                other,
+                "model_type",
+                "a valid dictionary or instance of StreamOptions",
+            ));
+        }
     };
     let ignore_eos = optional_bool(&fields, "ignore_eos")?.unwrap_or(false);
     Ok(GenerationParams {
@@ -97,21 +103,35 @@ pub fn parse_generation(endpoint: Endpoint, body: &[u8]) -> Result<GenerationPar
 fn chat_prompt(fields: &Map<String, Value>) -> Result<String, ApiError> {
     let messages = match fields.get("messages") {
         Some(Value::Array(messages)) => messages,
-        Some(_) => return Err(wrong_type("messages", "an array of messages")),
-        None => return Err(missing("messages")),
+        Some(other) => return Err(wrong_type("messages", other, "list_type", "a valid list")),
+        None => return Err(missing("messages", fields)),
     };
     if messages.is_empty() {
-        return Err(ApiError::bad_request("`messages` must not be empty"));
+        return Err(ApiError::bad_request(
+            "Cannot apply chat template to an empty conversation. Provide at least one message.",
+        ));
     }
     let mut rendered = Vec::with_capacity(messages.len());
     for (i, message) in messages.iter().enumerate() {
         let Value::Object(message) = message else {
-            return Err(wrong_type(&format!("messages[{i}]"), "an object"));
+            return Err(wrong_type(
+                &format!("messages.{i}"),
+                message,
+                "dict_type",
+                "a valid dictionary",
+            ));
         };
         let role = match message.get("role") {
             Some(Value::String(role)) => role.as_str(),
-            Some(_) => return Err(wrong_type(&format!("messages[{i}].role"), "a string")),
-            None => return Err(missing(&format!("messages[{i}].role"))),
+            Some(other) => {
+                return Err(wrong_type(
+                    &format!("messages.{i}.role"),
+                    other,
+                    "string_type",
+                    "a valid string",
+                ));
+            }
+            None => return Err(missing(&format!("messages.{i}.role"), message)),
         };
         rendered.push((role, message_content(i, message.get("content"))?));
     }
@@ -131,9 +151,14 @@ fn message_content(i: usize, content: Option<&Value>) -> Result<String, ApiError
         Some(Value::Array(parts)) => {
             let mut texts = Vec::with_capacity(parts.len());
             for (j, part) in parts.iter().enumerate() {
-                let field = format!("messages[{i}].content[{j}]");
+                let field = format!("messages.{i}.content.{j}");
                 let Some(Value::String(kind)) = part.get("type") else {
-                    return Err(missing(&format!("{field}.type")));
+                    return Err(ApiError::validation(
+                        "missing",
+                        &format!("{field}.type"),
+                        "Field required",
+                        &python_repr(part),
+                    ));
                 };
                 if kind != "text" {
                     return Err(ApiError::bad_request(format!(
@@ -142,14 +167,24 @@ fn message_content(i: usize, content: Option<&Value>) -> Result<String, ApiError
                 }
                 match part.get("text") {
                     Some(Value::String(text)) => texts.push(text.as_str()),
-                    _ => return Err(wrong_type(&format!("{field}.text"), "a string")),
+                    other => {
+                        let other = other.unwrap_or(&Value::Null);
+                        return Err(wrong_type(
+                            &format!("{field}.text"),
+                            other,
+                            "string_type",
+                            "a valid string",
+                        ));
+                    }
                 }
             }
             Ok(texts.join("\n"))
         }
-        Some(_) => Err(wrong_type(
-            &format!("messages[{i}].content"),
-            "a string or an array of text parts",
+        Some(other) => Err(wrong_type(
+            &format!("messages.{i}.content"),
+            other,
+            "string_type",
+            "a valid string",
         )),
     }
 }
@@ -159,18 +194,26 @@ fn completion_prompt(fields: &Map<String, Value>) -> Result<PromptInput, ApiErro
     let batched = || {
         ApiError::bad_request("batched prompts are not supported by mock-engine (one prompt only)")
     };
+    let empty = || {
+        ApiError::bad_param(
+            "prompt",
+            "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
+        )
+    };
+    let not_a_prompt = |value: &Value| wrong_type("prompt", value, "string_type", "a valid string");
     match fields.get("prompt") {
-        None => Err(missing("prompt")),
+        None | Some(Value::Null) => Err(empty()),
+        Some(Value::String(text)) if text.is_empty() => Err(empty()),
         Some(Value::String(text)) => Ok(PromptInput::Text(text.clone())),
         Some(Value::Array(items)) => match items.as_slice() {
-            [] => Err(ApiError::bad_request("`prompt` must not be empty")),
+            [] => Err(empty()),
             [Value::String(text)] => Ok(PromptInput::Text(text.clone())),
             [Value::Array(ids)] => token_ids(ids).map(PromptInput::Tokens),
             [Value::Number(_), ..] => token_ids(items).map(PromptInput::Tokens),
-            [_] => Err(wrong_type("prompt", "a string or token ids")),
+            [other] => Err(not_a_prompt(other)),
             _ => Err(batched()),
         },
-        Some(_) => Err(wrong_type("prompt", "a string or token ids")),
+        Some(other) => Err(not_a_prompt(other)),
     }
 }
 
@@ -180,7 +223,7 @@ fn token_ids(items: &[Value]) -> Result<Vec<u32>, ApiError> {
         .map(|item| {
             item.as_u64()
                 .and_then(|id| u32::try_from(id).ok())
-                .ok_or_else(|| wrong_type("prompt", "token ids (integers in 0..2^32)"))
+                .ok_or_else(|| wrong_type("prompt", item, "int_type", "a valid integer"))
         })
         .collect()
 }
@@ -189,37 +232,99 @@ fn optional_bool(fields: &Map<String, Value>, name: &str) -> Result<Option<bool>
     match fields.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(wrong_type(name, "a boolean")),
+        Some(other) => Err(wrong_type(name, other, "bool_type", "a valid boolean")),
     }
 }
 
 fn optional_u64(fields: &Map<String, Value>, name: &str) -> Result<Option<u64>, ApiError> {
     match fields.get(name) {
         None | Some(Value::Null) => Ok(None),
+        Some(value) if value.is_i64() && !value.is_u64() => Ok(Some(0)),
         Some(value) => value
             .as_u64()
             .map(Some)
-            .ok_or_else(|| wrong_type(name, "a non-negative integer")),
+            .ok_or_else(|| wrong_type(name, value, "int_type", "a valid integer")),
     }
 }
 
-/// A token count: an integer ≥ 1 (vLLM rejects `max_tokens` below 1).
+/// A token count: an integer ≥ 1 (vLLM rejects `max_tokens` below 1; a negative one reads
+/// as 0 here, which it rejects the same way).
 fn optional_count(fields: &Map<String, Value>, name: &str) -> Result<Option<u32>, ApiError> {
     match optional_u64(fields, name)? {
         None => Ok(None),
         Some(n) if n >= 1 => Ok(Some(u32::try_from(n).unwrap_or(u32::MAX))),
-        Some(n) => Err(ApiError::bad_request(format!(
-            "`{name}` must be at least 1, got {n}"
-        ))),
+        Some(n) => Err(ApiError::bad_param(
+            name,
+            format!("{name} must be at least 1, got {n}. (parameter={name}, value={n})"),
+        )),
     }
 }
 
-fn missing(name: &str) -> ApiError {
-    ApiError::bad_request(format!("Field required: `{name}`"))
+/// The body as a JSON object, or vLLM's validation error: at the offset where the JSON
+/// stops parsing, or at the body when it is not an object.
+pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(fields)) => Ok(fields),
+        Ok(other) => Err(ApiError::validation(
+            "model_attributes_type",
+            "",
+            "Input should be a valid dictionary or object to extract fields from",
+            &python_repr(&other),
+        )),
+        Err(error) => {
+            let offset = json_error_offset(body, &error);
+            Err(ApiError::validation(
+                "json_invalid",
+                &offset.to_string(),
+                "JSON decode error",
+                "'<dict of 0 items>'",
+            ))
+        }
+    }
 }
 
-fn wrong_type(name: &str, expected: &str) -> ApiError {
-    ApiError::bad_request(format!("Invalid type for `{name}`: expected {expected}"))
+/// Where in `body` (in characters, as Python counts) parsing failed: at the offending
+/// character, or at the end for JSON that stops short.
+fn json_error_offset(body: &[u8], error: &serde_json::Error) -> usize {
+    let text = String::from_utf8_lossy(body);
+    let before: usize = text
+        .split_inclusive('\n')
+        .take(error.line().saturating_sub(1))
+        .map(|line| line.chars().count())
+        .sum();
+    let column = if error.is_eof() {
+        error.column()
+    } else {
+        error.column().saturating_sub(1)
+    };
+    before + column
+}
+
+fn missing(loc: &str, fields: &Map<String, Value>) -> ApiError {
+    let input = format!("'<dict of {} items>'", fields.len());
+    ApiError::validation("missing", loc, "Field required", &input)
+}
+
+fn wrong_type(loc: &str, input: &Value, kind: &str, expected: &str) -> ApiError {
+    ApiError::validation(
+        kind,
+        loc,
+        &format!("Input should be {expected}"),
+        &python_repr(input),
+    )
+}
+
+/// An input as pydantic's errors print it (containers by their size).
+fn python_repr(value: &Value) -> String {
+    match value {
+        Value::Null => "None".to_owned(),
+        Value::Bool(true) => "True".to_owned(),
+        Value::Bool(false) => "False".to_owned(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("'{s}'"),
+        Value::Array(items) => format!("'<list of {} items>'", items.len()),
+        Value::Object(fields) => format!("'<dict of {} items>'", fields.len()),
+    }
 }
 
 #[cfg(test)]
@@ -243,7 +348,7 @@ mod tests {
                 "stream_options":{"include_usage":true},"ignore_eos":true,"temperature":0.2}"#,
         )
         .unwrap();
-        assert_eq!(params.model, "m");
+        assert_eq!(params.model.as_deref(), Some("m"));
         assert_eq!(
             params.prompt,
             PromptInput::Text("<|system|> be brief <|user|> hi\nthere <|assistant|>".into())
@@ -273,52 +378,109 @@ mod tests {
     }
 
     #[test]
-    fn bad_input_is_a_400_naming_the_field() {
+    fn bad_input_is_a_400_in_vllms_shape_naming_the_field() {
+        let ok = r#""messages":[{"role":"user","content":"x"}]"#;
         let cases = [
-            (chat("{"), "Invalid JSON body"),
-            (chat("[1]"), "expected a JSON object"),
-            (chat(r#"{"messages":[]}"#), "`model`"),
-            (chat(r#"{"model":1,"messages":[]}"#), "`model`"),
-            (chat(r#"{"model":"m"}"#), "`messages`"),
-            (chat(r#"{"model":"m","messages":[]}"#), "must not be empty"),
+            // (answer, type, param)
+            (chat("{"), "Bad Request", Some("body.1")),
+            (chat(r#"{"model": x}"#), "Bad Request", Some("body.10")),
+            (chat("[1]"), "Bad Request", Some("body")),
+            (
+                chat(r#"{"model":1,"messages":[]}"#),
+                "Bad Request",
+                Some("body.model"),
+            ),
+            (
+                chat(r#"{"model":"m"}"#),
+                "Bad Request",
+                Some("body.messages"),
+            ),
+            (
+                chat(r#"{"model":"m","messages":"hi"}"#),
+                "Bad Request",
+                Some("body.messages"),
+            ),
+            (
+                chat(r#"{"model":"m","messages":[]}"#),
+                "BadRequestError",
+                None,
+            ),
             (
                 chat(r#"{"model":"m","messages":[{"content":"x"}]}"#),
-                "messages[0].role",
+                "Bad Request",
+                Some("body.messages.0.role"),
             ),
             (
                 chat(r#"{"model":"m","messages":[{"role":"user","content":5}]}"#),
-                "messages[0].content",
+                "Bad Request",
+                Some("body.messages.0.content"),
             ),
             (
-                chat(r#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0}"#),
-                "`max_tokens` must be at least 1",
+                chat(&format!(r#"{{"model":"m",{ok},"max_tokens":0}}"#)),
+                "BadRequestError",
+                Some("max_tokens"),
             ),
             (
-                chat(
-                    r#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":"9"}"#,
-                ),
-                "`max_tokens`",
+                chat(&format!(r#"{{"model":"m",{ok},"max_tokens":-3}}"#)),
+                "BadRequestError",
+                Some("max_tokens"),
             ),
             (
-                chat(r#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"}"#),
-                "`stream`",
+                chat(&format!(r#"{{"model":"m",{ok},"max_tokens":"9"}}"#)),
+                "Bad Request",
+                Some("body.max_tokens"),
             ),
             (
-                chat(r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":2}"#),
-                "`n` = 2",
+                chat(&format!(r#"{{"model":"m",{ok},"stream":"yes"}}"#)),
+                "Bad Request",
+                Some("body.stream"),
             ),
-            (completion(r#"{"model":"m"}"#), "`prompt`"),
+            (
+                chat(&format!(r#"{{"model":"m",{ok},"n":2}}"#)),
+                "BadRequestError",
+                None,
+            ),
+            (
+                completion(r#"{"model":"m"}"#),
+                "BadRequestError",
+                Some("prompt"),
+            ),
+            (
+                completion(r#"{"model":"m","prompt":""}"#),
+                "BadRequestError",
+                Some("prompt"),
+            ),
             (
                 completion(r#"{"model":"m","prompt":["a","b"]}"#),
-                "batched prompts",
+                "BadRequestError",
+                None,
             ),
-            (completion(r#"{"model":"m","prompt":[-1]}"#), "token ids"),
-            (completion(r#"{"model":"m","prompt":{}}"#), "`prompt`"),
+            (
+                completion(r#"{"model":"m","prompt":[-1]}"#),
+                "Bad Request",
+                Some("body.prompt"),
+            ),
+            (
+                completion(r#"{"model":"m","prompt":{}}"#),
+                "Bad Request",
+                Some("body.prompt"),
+            ),
         ];
-        for (result, needle) in cases {
+        for (i, (result, kind, param)) in cases.into_iter().enumerate() {
             let err = result.unwrap_err();
-            assert_eq!(err.status.as_u16(), 400);
-            assert!(err.message.contains(needle), "{needle}: {}", err.message);
+            assert_eq!(err.status.as_u16(), 400, "case {i}");
+            assert_eq!(
+                (err.kind(), err.param.as_deref()),
+                (kind, param),
+                "case {i}: {}",
+                err.message
+            );
         }
+    }
+
+    #[test]
+    fn a_request_may_leave_the_model_out() {
+        let params = chat(r#"{"messages":[{"role":"user","content":"x"}]}"#).unwrap();
+        assert_eq!(params.model, None);
     }
 }

@@ -20,7 +20,7 @@ use super::envelope::to_json;
 use super::generation::{body_rejection, chat_completions, completions};
 use super::metrics_text::{self, MetricsSnapshot};
 use super::replica::Replica;
-use super::request::{Endpoint, PromptInput, parse_generation};
+use super::request::{Endpoint, PromptInput, json_object, parse_generation};
 use crate::tokenizer;
 
 /// Largest request body accepted (a 32k-token prompt of long words fits many times over).
@@ -113,7 +113,7 @@ async fn reset_prefix_cache(State(replica): State<Arc<Replica>>) -> StatusCode {
 }
 
 async fn version() -> Response {
-    json_response(StatusCode::OK, r#"{"version":"0.11.0"}"#.to_owned())
+    json_response(StatusCode::OK, r#"{"version":"0.32.0"}"#.to_owned())
 }
 
 #[derive(Serialize)]
@@ -214,30 +214,19 @@ async fn tokenize(
 }
 
 fn tokenize_body(replica: &Replica, body: &[u8]) -> Result<Vec<u32>, ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))?;
-    let Value::Object(mut fields) = value else {
-        return Err(ApiError::bad_request(
-            "Invalid request body: expected a JSON object",
-        ));
-    };
+    let fields = json_object(body)?;
     match fields.get("model") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(model)) if *model == replica.model => {}
-        Some(Value::String(model)) => return Err(ApiError::unknown_model(model)),
-        Some(_) => {
-            return Err(ApiError::bad_request(
-                "Invalid type for `model`: expected a string",
-            ));
+        Some(Value::String(model)) if *model != replica.model => {
+            return Err(ApiError::unknown_model(model, &replica.model));
         }
+        // The generation parser below judges a model of the wrong type.
+        _ => {}
     }
     // vLLM's tokenize flags: the mock's tokenizer has no special tokens, so
     // `add_special_tokens` changes nothing; `add_generation_prompt: false` leaves the chat
     // template's trailing assistant marker out.
     let _add_special_tokens = tokenize_flag(&fields, "add_special_tokens")?;
     let add_generation_prompt = tokenize_flag(&fields, "add_generation_prompt")?.unwrap_or(true);
-    // Reuse the generation parser: the model is checked above, so give it the served one.
-    fields.insert("model".into(), Value::String(replica.model.clone()));
     let endpoint = if fields.contains_key("messages") {
         Endpoint::Chat
     } else {
@@ -267,9 +256,12 @@ fn tokenize_flag(
     match fields.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(flag)) => Ok(Some(*flag)),
-        Some(_) => Err(ApiError::bad_request(format!(
-            "Invalid type for `{name}`: expected a boolean"
-        ))),
+        Some(other) => Err(ApiError::validation(
+            "bool_type",
+            name,
+            "Input should be a valid boolean",
+            &other.to_string(),
+        )),
     }
 }
 

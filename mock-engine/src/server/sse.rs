@@ -30,6 +30,8 @@ pub struct ResponsePlan {
     pub endpoint: Endpoint,
     pub meta: ResponseMeta,
     pub include_usage: bool,
+    /// Tokens per KV block, for chat's `created_cache_tokens`.
+    pub block_size: u32,
     /// Injected: drop the connection after this many tokens.
     pub abort_after: Option<u32>,
 }
@@ -95,14 +97,16 @@ fn encode_token_events(plan: &ResponsePlan, token: &TokenOutput) -> Bytes {
         out.push_str(json);
         out.push_str("\n\n");
     };
+    // The stream's last chunk before [DONE] carries the fingerprint.
+    let last = finish.is_some() && !plan.include_usage;
     match plan.endpoint {
         Endpoint::Chat => {
             if token.index == 0 {
                 event(&chat::role_chunk(&plan.meta));
             }
-            event(&chat::token_chunk(&plan.meta, &text, finish));
+            event(&chat::token_chunk(&plan.meta, &text, finish, last));
         }
-        Endpoint::Completions => event(&completions::token_chunk(&plan.meta, &text, finish)),
+        Endpoint::Completions => event(&completions::token_chunk(&plan.meta, &text, finish, last)),
     }
     if token.finish.is_some() {
         if plan.include_usage {
@@ -110,7 +114,7 @@ fn encode_token_events(plan: &ResponsePlan, token: &TokenOutput) -> Bytes {
                 Endpoint::Chat => chat::CHUNK_OBJECT,
                 Endpoint::Completions => completions::OBJECT,
             };
-            event(&usage_chunk(&plan.meta, object, &usage_of(token)));
+            event(&usage_chunk(&plan.meta, object, &usage_of(plan, token)));
         }
         out.push_str("data: [DONE]\n\n");
     }
@@ -133,7 +137,7 @@ pub async fn collected_response(mut submission: Submission, plan: ResponsePlan) 
         text.push_str(&tokenizer::decode(token.token));
         if let Some(reason) = token.finish {
             submission.guard.finished();
-            let usage = usage_of(&token);
+            let usage = usage_of(&plan, &token);
             let body = match plan.endpoint {
                 Endpoint::Chat => chat::full_body(&plan.meta, &text, finish_reason(reason), &usage),
                 Endpoint::Completions => {
@@ -156,11 +160,21 @@ fn dropped_response(why: &'static str) -> Response {
     Body::from_stream(body).into_response()
 }
 
-fn usage_of(token: &TokenOutput) -> UsageCounts {
+fn usage_of(plan: &ResponsePlan, token: &TokenOutput) -> UsageCounts {
+    // vLLM's chat counts the prompt's full blocks this request wrote (those it did not find
+    // cached); its completions leave the count null.
+    let created = match plan.endpoint {
+        Endpoint::Chat => {
+            let block = plan.block_size.max(1);
+            Some((token.prompt_tokens / block * block).saturating_sub(token.cached_tokens))
+        }
+        Endpoint::Completions => None,
+    };
     UsageCounts {
         prompt_tokens: token.prompt_tokens,
         completion_tokens: token.index + 1,
         cached_tokens: token.cached_tokens,
+        created_cache_tokens: created,
     }
 }
 
