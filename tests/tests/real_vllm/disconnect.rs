@@ -22,8 +22,9 @@ async fn a_client_that_leaves_mid_stream_makes_vllm_abort_the_request() {
     let replica = fleet.a();
     let gateway = Gateway::start(&fleet, "disconnect", &[replica], "").await;
     let client = Client::new();
-    let finished_before = engine_gauge(&client, &replica.url, RAN_TO_LENGTH).await;
-    let generated_before = engine_gauge(&client, &replica.url, GENERATED).await;
+    // vLLM updates its counters a moment after a response ends: start from settled ones, so
+    // an earlier test's last request is not counted as this one's.
+    let (finished_before, generated_before) = settled(&client, &replica.url).await;
     let body = prompts::chat(&prompts::family("leaver"), "Go on.", prompts::LONG, true);
     let mut stream = Stream::new(
         gateway
@@ -46,7 +47,7 @@ async fn a_client_that_leaves_mid_stream_makes_vllm_abort_the_request() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Ended by the abort, not by running out its tokens.
-    let finished = engine_gauge(&client, &replica.url, RAN_TO_LENGTH).await;
+    let (finished, _) = settled(&client, &replica.url).await;
     assert_eq!(
         finished, finished_before,
         "the request did not run to max_tokens"
@@ -58,4 +59,30 @@ async fn a_client_that_leaves_mid_stream_makes_vllm_abort_the_request() {
         prompts::LONG
     );
     gateway.wait_outstanding_zero(&client).await;
+}
+
+/// The replica's finished-at-length and generated-token counters once they stop moving with
+/// nothing running (bounded: 20 s).
+async fn settled(client: &Client, url: &str) -> (f64, f64) {
+    let read = || async {
+        (
+            engine_gauge(client, url, "vllm:num_requests_running").await,
+            engine_gauge(client, url, RAN_TO_LENGTH).await,
+            engine_gauge(client, url, GENERATED).await,
+        )
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut last = read().await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = read().await;
+        if now == last && now.0 == 0.0 {
+            return (now.1, now.2);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{url}'s counters never settled: {now:?}"
+        );
+        last = now;
+    }
 }

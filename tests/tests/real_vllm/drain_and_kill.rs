@@ -1,6 +1,8 @@
 //! A replica leaving: drained through the admin API, it finishes its streams and takes no
-//! new one; killed with SIGKILL mid-stream, the client gets a clean SSE error and the next
-//! requests go to the replica that is left.
+//! new one; stopped with SIGTERM (a pod's end), vLLM refuses new connections at once and
+//! aborts its streams, and the gateway sends new requests elsewhere; killed with SIGKILL
+//! mid-stream, the client gets a clean SSE error and the next requests go to the replica that
+//! is left.
 
 use std::time::Duration;
 
@@ -150,6 +152,86 @@ async fn a_replica_killed_mid_stream_ends_the_stream_cleanly_and_traffic_moves_o
             .await;
         assert_eq!(answer.status, 200, "turn {turn}: {}", answer.text());
         assert_eq!(answer.header("target-pod"), Some(survivor.name.as_str()));
+    }
+    gateway.wait_outstanding_zero(&client).await;
+}
+
+/// vLLM 0.32 on SIGTERM (its default `--shutdown-timeout 0`): new connections are refused
+/// at once and the requests in flight are aborted in the engine. The stream in flight then
+/// either ends with what was generated (seen: a usage block with 4 of 1500 tokens, then
+/// `[DONE]`) or is left open with nothing more sent (seen too), which the gateway's idle limit
+/// ends with an SSE error; either way the client's stream ends cleanly, cut short. (vLLM 0.11
+/// ran such streams to their end; a deployment that wants that drains through the gateway
+/// first and gives vLLM `--shutdown-timeout`, DEPLOY.md.)
+#[tokio::test]
+#[ignore = "needs real vLLM replicas: tests/real-vllm/run.sh"]
+async fn a_replica_stopped_with_sigterm_cuts_its_stream_cleanly_and_new_requests_go_elsewhere() {
+    let fleet = Fleet::from_env();
+    let leaving = OwnReplica::start(&fleet, "vllm-leaving").await;
+    let idle = "[upstream]\nidle_timeout_ms = 3000\n";
+    let gateway = Gateway::start(&fleet, "sigterm", &[&leaving.backend], idle).await;
+    let client = Client::new();
+    let body = prompts::chat(&prompts::family("sigterm"), "Go on.", prompts::LONG, true);
+    let mut stream = Stream::new(
+        gateway
+            .post_streaming(&client, "/v1/chat/completions", &[], &body)
+            .await,
+    );
+    assert!(stream.read_events(3).await);
+    let other = fleet.a();
+    let add =
+        serde_json::json!({"name": other.name, "url": other.url, "model": other.model}).to_string();
+    let added = client
+        .call(
+            "POST",
+            &format!("{}/admin/replicas", gateway.admin),
+            &[("content-type", "application/json")],
+            add,
+        )
+        .await;
+    assert_eq!(added.status, 201, "{}", added.text());
+    leaving.terminate();
+
+    let text = stream.finish().await;
+    let tail: Vec<_> = super::stream::events(&text)
+        .into_iter()
+        .rev()
+        .take(3)
+        .collect();
+    assert!(
+        text.ends_with("data: [DONE]\n\n"),
+        "the stream ends cleanly: {tail:?}"
+    );
+    let contents = payloads(&text)
+        .iter()
+        .filter(|p| p["choices"][0]["delta"]["content"].is_string())
+        .count();
+    assert!(
+        contents < prompts::LONG as usize,
+        "cut short, not run to its end: {tail:?}"
+    );
+    let ended_by_vllm = stream_usage(&text).is_some();
+    let ended_by_gateway = payloads(&text)
+        .last()
+        .is_some_and(|p| p["error"]["message"].is_string());
+    assert!(
+        ended_by_vllm || ended_by_gateway,
+        "vLLM's own end or the gateway's SSE error: {tail:?}"
+    );
+    // New requests: the leaving replica refuses their connections, so each goes (or is
+    // retried before any byte) to the other one.
+    for turn in 0..3 {
+        let body = prompts::chat(
+            &prompts::family("after-sigterm"),
+            &format!("Turn {turn}."),
+            4,
+            false,
+        );
+        let answer = gateway
+            .post(&client, "/v1/chat/completions", &[], &body)
+            .await;
+        assert_eq!(answer.status, 200, "turn {turn}: {}", answer.text());
+        assert_eq!(answer.header("target-pod"), Some(other.name.as_str()));
     }
     gateway.wait_outstanding_zero(&client).await;
 }

@@ -138,6 +138,14 @@ impl OwnReplica {
     pub fn kill(&self) {
         signal_group(self.pgid, "KILL");
     }
+
+    /// SIGTERM to the API server alone, as Kubernetes stops a pod's container.
+    pub fn terminate(&self) {
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pgid.to_string())
+            .status();
+    }
 }
 
 impl Drop for OwnReplica {
