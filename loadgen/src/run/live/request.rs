@@ -197,6 +197,9 @@ async fn exchange(
     }
     let mut body = response.into_body();
     let mut lines = SseLines::default();
+    // The first chunk that carried a token, for an answer whose every token decoded to no
+    // text (a short answer of a byte-level tokenizer): its TTFT is that chunk's.
+    let mut first_token = None;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|_| ErrorClass::StreamBroken)?;
         let Some(data) = frame.data_ref() else {
@@ -207,13 +210,21 @@ async fn exchange(
             match classify(&payload) {
                 Chunk::Done => {
                     record.stream_end = Some(t);
+                    if record.first_content.is_none() {
+                        record.first_content = first_token;
+                        record.last_token = record.last_token.or(first_token);
+                    }
                     return Ok(());
                 }
                 Chunk::Data {
                     content,
+                    token,
                     finished: _,
                     usage,
                 } => {
+                    if token {
+                        first_token.get_or_insert(t);
+                    }
                     if !content.is_empty() {
                         record.first_content.get_or_insert(t);
                         record.last_token = Some(t);
@@ -262,4 +273,87 @@ pub async fn get_text(client: &HttpClient, url: &str, limit: Duration) -> Result
     tokio::time::timeout(limit, fetch)
         .await
         .map_err(|_| format!("GET {url}: no answer within {limit:?}"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A server that answers one request with `events` as an SSE body, then closes.
+    async fn serve_once(events: &'static [&'static str]) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!(
+            "http://{}/v1/chat/completions",
+            listener.local_addr().unwrap()
+        );
+        tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut request = vec![0u8; 4096];
+            let _ = tcp.read(&mut request).await;
+            let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            tcp.write_all(head.as_bytes()).await.unwrap();
+            tcp.write_all(body.as_bytes()).await.unwrap();
+        });
+        url
+    }
+
+    async fn record_of(events: &'static [&'static str]) -> RequestRecord {
+        let url = serve_once(events).await;
+        let clock = PhaseClock {
+            origin: Instant::now(),
+            scale: 1.0,
+        };
+        let record = RequestRecord::sent(0, 0, 0.0, 0.0);
+        stream_request(
+            &http_client(),
+            &url,
+            Bytes::from_static(b"{}"),
+            None,
+            clock,
+            record,
+            Duration::from_secs(10),
+        )
+        .await
+    }
+
+    const ROLE: &str = r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#;
+    const USAGE: &str =
+        r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}"#;
+
+    #[tokio::test]
+    async fn an_answer_whose_tokens_decode_to_no_text_is_complete_from_its_first_token() {
+        // vLLM with a byte-level tokenizer: both tokens end inside a UTF-8 character.
+        let record = record_of(&[
+            ROLE,
+            r#"{"choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":""},"finish_reason":"length"}]}"#,
+            USAGE,
+            "[DONE]",
+        ])
+        .await;
+        assert_eq!(record.error, None, "{record:?}");
+        assert!(
+            record.first_content.is_some() && record.usage.is_some(),
+            "{record:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_without_any_token_or_usage_is_incomplete() {
+        let no_token = record_of(&[ROLE, USAGE, "[DONE]"]).await;
+        assert_eq!(no_token.error, Some(ErrorClass::Incomplete), "{no_token:?}");
+        let no_usage = record_of(&[
+            ROLE,
+            r#"{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"length"}]}"#,
+            "[DONE]",
+        ])
+        .await;
+        assert_eq!(no_usage.error, Some(ErrorClass::Incomplete), "{no_usage:?}");
+    }
 }

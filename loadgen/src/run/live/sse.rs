@@ -49,10 +49,13 @@ pub enum Chunk {
     /// An error event (`{"error": …}`), with its message.
     Error(String),
     /// A chunk: its content (every choice's, concatenated; empty when it carried none),
-    /// whether a choice finished, and usage if present (`prompt_tokens`,
+    /// whether it carried a generated token at all (a chat delta without `role`, or a
+    /// completion's `text`, even empty: vLLM sends `""` for a token that ends inside a UTF-8
+    /// character), whether a choice finished, and usage if present (`prompt_tokens`,
     /// `completion_tokens`, `cached_tokens`).
     Data {
         content: String,
+        token: bool,
         finished: bool,
         usage: Option<(u32, u32, Option<u32>)>,
     },
@@ -84,8 +87,13 @@ pub fn classify(payload: &str) -> Chunk {
         return Chunk::Malformed("SSE event without choices".into());
     };
     let mut content = String::new();
+    let mut token = false;
     let mut finished = false;
     for choice in choices {
+        token |= match choice.get("delta") {
+            Some(delta) => delta.get("role").is_none() && delta.get("content").is_some(),
+            None => choice.get("text").is_some(),
+        };
         let text = choice
             .get("delta")
             .and_then(|d| d.get("content"))
@@ -105,6 +113,7 @@ pub fn classify(payload: &str) -> Chunk {
     });
     Chunk::Data {
         content,
+        token,
         finished,
         usage,
     }
@@ -143,15 +152,27 @@ mod tests {
             classify(role),
             Chunk::Data {
                 content: String::new(),
+                token: false,
                 finished: false,
                 usage: None
             }
         );
+        // vLLM's chunk for a token that ends inside a UTF-8 character: a token, no text.
+        let partial = r#"{"choices":[{"index":0,"delta":{"content":""},"finish_reason":null,"token_ids":null}]}"#;
+        assert!(
+            matches!(classify(partial), Chunk::Data { token: true, ref content, .. } if content.is_empty())
+        );
+        let empty_text = r#"{"choices":[{"index":0,"text":"","finish_reason":null}]}"#;
+        assert!(matches!(
+            classify(empty_text),
+            Chunk::Data { token: true, .. }
+        ));
         let last = r#"{"choices":[{"index":0,"delta":{"content":" cache"},"finish_reason":"length"}],"usage":null}"#;
         assert_eq!(
             classify(last),
             Chunk::Data {
                 content: " cache".into(),
+                token: true,
                 finished: true,
                 usage: None
             }
@@ -163,6 +184,7 @@ mod tests {
             classify(usage),
             Chunk::Data {
                 content: String::new(),
+                token: false,
                 finished: false,
                 usage: Some((5040, 128, Some(4704)))
             }
