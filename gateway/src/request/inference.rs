@@ -1,6 +1,6 @@
 //! The request path of the OpenAI inference endpoints, step by step:
-//! admit ([`crate::admit`]) → read and parse the body ([`crate::request::parse`]) → charge the
-//! tenant's tokens ([`crate::admit::Admission::charge_tokens`]) → choose a strategy and a replica
+//! admit ([`crate::admit`]) → read the body ([`crate::request::parse`]) → parse it, choose a
+//! strategy and charge the tenant's tokens ([`crate::request::prepare`]) → choose a replica
 //! ([`crate::request::pick`]) → forward with retries ([`crate::request::proxy`]) → answer with the replica's
 //! status and headers plus prefixgate's routing headers ([`crate::request::headers`]) and a body that
 //! releases the pod when it ends ([`crate::request::release`]).
@@ -13,15 +13,13 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::HeaderValue;
-use router_core::Strategy;
-use router_core::text::{Endpoint, RoutingFields, Text};
+use router_core::text::Endpoint;
 
 use crate::admit::{AdmissionPermit, TokenHold};
-use crate::kv_sync::engine_tokens;
 use crate::request::error::GatewayError;
 use crate::request::headers;
 use crate::request::parse;
-use crate::request::pick;
+use crate::request::prepare::prepare;
 use crate::request::proxy::{self, Forwarded};
 use crate::request::release::{Completion, GuardedBody};
 use crate::state::AppState;
@@ -67,27 +65,12 @@ async fn serve(
 ) -> Result<Response, GatewayError> {
     let permit = state.admission.admit(&parts.headers, &state.metrics)?;
     let bytes = parse::read_body(&parts.headers, body, state.settings.max_body_bytes).await?;
-    // The strategy decides whether the message text is built; a bad body is still
-    // reported before a bad strategy header.
-    let strategy = pick::strategy(&parts.headers, state.settings.default_strategy, endpoint);
-    let text = match &strategy {
-        Ok(strategy) if !strategy.uses_prefix_index() => Text::LengthOnly,
-        _ => Text::Build,
-    };
-    let fields = parse::fields(endpoint, &bytes, text)?;
-    model.clone_from(&fields.model);
-    let strategy = strategy?;
-    // Charged once here, before routing, so retries inside `forward` never charge again.
-    let tokens =
-        state
-            .admission
-            .charge_tokens(&parts.headers, endpoint, &bytes, &fields, &state.metrics)?;
-    let engine_tokens = engine_tokens_for(state, strategy, endpoint, &fields, &bytes).await;
+    let mut prepared = prepare(state, endpoint, &parts.headers, &bytes, model).await?;
     let forwarded = proxy::forward(
         state,
-        strategy,
-        &fields,
-        engine_tokens.as_deref().or(fields.tokens.as_deref()),
+        prepared.strategy,
+        &prepared.fields,
+        prepared.tokens_to_hash(),
         &parts,
         bytes,
         request_id,
@@ -98,63 +81,20 @@ async fn serve(
         Err(error) => {
             // No replica ran the request, so its tokens go back, except after a first-byte
             // timeout: the replica may still be running it.
-            if let Some(tokens) = tokens
-                && !matches!(error, GatewayError::UpstreamTimeout { .. })
-            {
-                tokens.refund();
+            if !matches!(error, GatewayError::UpstreamTimeout { .. }) {
+                prepared.refund_tokens();
             }
             return Err(error);
         }
     };
     Ok(respond(
         state,
-        &fields.model,
+        &prepared.fields.model,
         forwarded,
         permit,
-        tokens,
+        prepared.tokens,
         request_id,
     ))
-}
-
-/// With KV-event sync (`engine_tokenize_timeout` set) and a prefix-aware strategy, the
-/// prompt as the engine tokenizes it, hashed instead of the text so the hashes meet the
-/// engine's `BlockStored` ones; `None` otherwise, or when the engine's `/tokenize` fails.
-async fn engine_tokens_for(
-    state: &AppState,
-    strategy: Strategy,
-    endpoint: Endpoint,
-    fields: &RoutingFields,
-    bytes: &[u8],
-) -> Option<Vec<u8>> {
-    let timeout = state.settings.engine_tokenize_timeout?;
-    // A token-id prompt is already what the engine sees; it is routed by its ids.
-    if fields.tokens.is_some() || !strategy.uses_prefix_index() {
-        return None;
-    }
-    // The prompt as the one parse found it in the body: not parsed again.
-    let prompt = fields.prompt_span.clone().and_then(|span| bytes.get(span));
-    let tokens = match prompt {
-        Some(prompt) => {
-            engine_tokens::engine_tokens(
-                &state.replicas,
-                &state.client,
-                endpoint,
-                &fields.model,
-                prompt,
-                timeout,
-            )
-            .await
-        }
-        None => None,
-    };
-    if tokens.is_none() {
-        // Routed on the text tokenizer instead: its hashes will not meet the engine-fed
-        // ones, so the decision may miss a cached prefix.
-        state
-            .metrics
-            .count_routing_error(&fields.model, "tokenize_failed");
-    }
-    tokens
 }
 
 /// The client's response: the replica's status and headers plus the routing headers, and

@@ -71,8 +71,22 @@ pub fn pick(
     hashes: Option<Vec<u64>>,
     exclude: &[Arc<Replica>],
 ) -> Result<Picked, GatewayError> {
+    let untried = |replica: &Arc<Replica>| !exclude.iter().any(|x| Arc::ptr_eq(x, replica));
+    pick_among(state, strategy, fields, tokens, hashes, &untried)
+}
+
+/// [`pick`] among the ready replicas of the model that `eligible` keeps (the subset an
+/// Envoy endpoint picker is told to pick from, the replicas not tried yet).
+pub fn pick_among(
+    state: &AppState,
+    strategy: Strategy,
+    fields: &RoutingFields,
+    tokens: Option<&[u8]>,
+    hashes: Option<Vec<u64>>,
+    eligible: &dyn Fn(&Arc<Replica>) -> bool,
+) -> Result<Picked, GatewayError> {
     let snapshot = state.replicas.snapshot();
-    let candidates = candidates(&snapshot, &fields.model, exclude)?;
+    let candidates = candidates(&snapshot, &fields.model, eligible)?;
     let request = RouteRequest {
         model: &fields.model,
         text: &fields.text,
@@ -127,19 +141,19 @@ pub fn pick(
     }
 }
 
-/// The ready, untried replicas serving `model`, as the router sees them. One pass and one
+/// The ready, eligible replicas serving `model`, as the router sees them. One pass and one
 /// vector: this runs for every request, and the chosen replica is found again by its load
 /// view rather than kept in a second vector.
 fn candidates<'s>(
     snapshot: &'s [Arc<Replica>],
     model: &str,
-    exclude: &[Arc<Replica>],
+    eligible: &dyn Fn(&Arc<Replica>) -> bool,
 ) -> Result<Vec<Candidate<'s>>, GatewayError> {
     let mut serving = false;
     let mut candidates: Vec<Candidate<'_>> = Vec::with_capacity(snapshot.len());
     for replica in snapshot.iter().filter(|r| r.serves(model)) {
         serving = true;
-        if replica.is_ready() && !exclude.iter().any(|x| Arc::ptr_eq(x, replica)) {
+        if replica.is_ready() && eligible(replica) {
             candidates.push(Candidate {
                 name: replica.name(),
                 load: replica.load(),

@@ -2,12 +2,12 @@
 //!
 //! [`GuardedBody`] wraps the upstream response body and is handed to the server as the
 //! client's response body, so frames flow one at a time with the client's own backpressure
-//! (no task, no channel). It owns the request's [`InFlight`]: the guard is released
-//! when the upstream body ends, when it fails, or when the server drops the body because the
-//! client went away. Dropping the body also drops the upstream connection, which cancels the
-//! request on the replica. The admission permit and the tenant's token charge ride along
-//! and are released with the guard; the charge reads each frame for the replica's `usage`,
-//! so the tenant is settled to the tokens actually used.
+//! (no task, no channel). It owns the request's [`RequestHold`] (the pod's outstanding guard,
+//! the admission permit, the tenant's token charge): the hold is released when the upstream
+//! body ends, when it fails, or when the server drops the body because the client went away.
+//! Dropping the body also drops the upstream connection, which cancels the request on the
+//! replica. Each frame is shown to the hold on its way, for the first byte and the replica's
+//! `usage`, so the tenant is settled to the tokens actually used.
 //!
 //! Failure after the response began cannot change the status any more. For an SSE response
 //! the failure becomes one `data: {"error":…}` event followed by `data: [DONE]`, so OpenAI
@@ -18,7 +18,6 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -28,12 +27,11 @@ use router_core::InFlight;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::admit::request_cost::UsageScan;
 use crate::admit::{AdmissionPermit, TokenHold};
-use crate::clock::Clock;
 use crate::cluster::SharedTicket;
-use crate::metrics::PodMetrics;
 use crate::request::error::openai_error;
+pub use crate::request::hold::Completion;
+use crate::request::hold::RequestHold;
 
 /// Why a response body stopped early.
 #[derive(Debug, thiserror::Error)]
@@ -66,17 +64,6 @@ impl StreamError {
     }
 }
 
-/// What to record when the body finishes.
-#[derive(Debug)]
-pub struct Completion {
-    /// The replica's series (its name, for errors, too).
-    pub metrics: Arc<PodMetrics>,
-    /// When the request was sent upstream.
-    pub sent_at: Instant,
-    /// The router's clock, for the request's lifecycle (first byte, end).
-    pub clock: Clock,
-}
-
 #[derive(Debug)]
 enum Phase {
     Streaming,
@@ -89,18 +76,8 @@ enum Phase {
 #[derive(Debug)]
 pub struct GuardedBody<B> {
     inner: B,
-    /// The request's lifecycle in the router's load view: first byte, then end (with the
-    /// replica's usage) or drop, which releases the pod.
-    guard: Option<InFlight>,
-    /// The replica's `usage` as the body reports it, for the lifecycle's end.
-    usage: UsageScan,
-    /// The request's place under the admission caps, given back with the guard.
-    permit: Option<AdmissionPermit>,
-    /// The request's messages to the other gateways (cluster sharing): first byte, release.
-    ticket: Option<SharedTicket>,
-    /// The tokens charged to the request's tenant: fed the body's frames to find `usage`,
-    /// and settled when released with the guard.
-    tokens: Option<TokenHold>,
+    /// The pod's guard, the admission permit and the token charge, until the body ends.
+    hold: RequestHold,
     phase: Phase,
     sse: bool,
     idle: Duration,
@@ -120,8 +97,6 @@ pub struct GuardedBody<B> {
     cut_wait: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     /// Whether the last byte sent ended an SSE event, so an error event starts cleanly.
     at_event_boundary: bool,
-    first_frame_seen: bool,
-    completion: Option<Completion>,
 }
 
 impl<B> GuardedBody<B> {
@@ -134,11 +109,7 @@ impl<B> GuardedBody<B> {
     ) -> Self {
         GuardedBody {
             inner,
-            guard: Some(guard),
-            usage: UsageScan::default(),
-            permit: None,
-            ticket: None,
-            tokens: None,
+            hold: RequestHold::new(guard, completion),
             phase: Phase::Streaming,
             sse,
             idle,
@@ -148,8 +119,6 @@ impl<B> GuardedBody<B> {
             cut: None,
             cut_wait: None,
             at_event_boundary: true,
-            first_frame_seen: false,
-            completion: Some(completion),
         }
     }
 
@@ -161,21 +130,21 @@ impl<B> GuardedBody<B> {
 
     /// Holds `permit` until the body ends, like the outstanding guard.
     pub fn with_permit(mut self, permit: AdmissionPermit) -> Self {
-        self.permit = Some(permit);
+        self.hold = self.hold.with_permit(permit);
         self
     }
 
     /// Holds the request's cluster ticket until the body ends, telling the other gateways
     /// of its first byte and its release.
     pub fn with_ticket(mut self, ticket: Option<SharedTicket>) -> Self {
-        self.ticket = ticket;
+        self.hold = self.hold.with_ticket(ticket);
         self
     }
 
     /// Holds the tenant's token charge until the body ends, settling it to the `usage` the
     /// body reports.
     pub fn with_token_hold(mut self, tokens: Option<TokenHold>) -> Self {
-        self.tokens = tokens;
+        self.hold = self.hold.with_token_hold(tokens);
         self
     }
 
@@ -186,38 +155,14 @@ impl<B> GuardedBody<B> {
         self
     }
 
-    /// Releases the guard, the permit and the token charge and records the total time, once.
-    /// `complete`: the body ended well, so the request's end (and its usage) is recorded in
-    /// the load view; after a failure the guard is only dropped.
-    fn finish(&mut self, complete: bool) {
-        if let Some(guard) = self.guard.take()
-            && complete
-            && let Some(c) = &self.completion
-            && let Some(verdict) = guard.end(c.clock.now_ms(), self.usage.router_usage())
-        {
-            c.metrics.record_cache_report(verdict);
-        }
-        self.ticket = None;
-        self.permit = None;
-        self.tokens = None;
-        if let Some(completion) = self.completion.take() {
-            completion
-                .metrics
-                .observe_total(completion.sent_at.elapsed());
-        }
-    }
-
     fn pod(&self) -> String {
-        self.completion
-            .as_ref()
-            .map(|c| c.metrics.pod().to_owned())
-            .unwrap_or_default()
+        self.hold.pod()
     }
 
     /// Ends the stream after a failure: an SSE error tail, or a body error.
     fn fail(&mut self, error: StreamError) -> Poll<Option<Result<Frame<Bytes>, StreamError>>> {
         tracing::warn!(%error, "response stream failed");
-        self.finish(false);
+        self.hold.finish(false);
         if !self.sse {
             self.phase = Phase::Done;
             return Poll::Ready(Some(Err(error)));
@@ -245,33 +190,13 @@ impl<B> GuardedBody<B> {
 
 /// The two halves of [`GuardedBody::poll_frame`]: a data frame passing, and a wait.
 impl<B> GuardedBody<B> {
-    /// Notes a data frame on its way to the client: the SSE event boundary, the usage
-    /// numbers, and on the first frame the request's first byte (load view, cluster, TTFT).
+    /// Notes a data frame on its way to the client: the SSE event boundary, and for the
+    /// request's hold the usage numbers and (on the first frame) the first byte.
     fn observe_data(&mut self, data: &Bytes) {
         if !data.is_empty() {
             self.at_event_boundary = data.ends_with(b"\n\n");
         }
-        self.usage.observe(data);
-        if let Some(tokens) = self.tokens.as_mut() {
-            tokens.observe(data);
-        }
-        if self.first_frame_seen {
-            return;
-        }
-        self.first_frame_seen = true;
-        // The replica has prefilled this request: its blocks stop counting as pending
-        // prefill in the load view (`prefix-load` reads it).
-        if let Some(guard) = self.guard.as_mut()
-            && let Some(c) = &self.completion
-        {
-            guard.first_byte(c.clock.now_ms());
-        }
-        if let Some(ticket) = self.ticket.as_mut() {
-            ticket.first_byte();
-        }
-        if let Some(c) = &self.completion {
-            c.metrics.observe_ttft(c.sent_at.elapsed());
-        }
+        self.hold.observe(data);
     }
 
     /// The replica sent nothing this poll: arms the first-token or idle timer (created on
@@ -281,7 +206,7 @@ impl<B> GuardedBody<B> {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, StreamError>>> {
-        let limit = if self.first_frame_seen {
+        let limit = if self.hold.first_byte_seen() {
             self.idle
         } else {
             self.first_token
@@ -307,7 +232,7 @@ impl<B> GuardedBody<B> {
             && timer.as_mut().poll(cx).is_ready()
         {
             let pod = self.pod();
-            let error = if self.first_frame_seen {
+            let error = if self.hold.first_byte_seen() {
                 StreamError::Idle {
                     pod,
                     idle_ms: limit.as_millis(),
@@ -361,7 +286,7 @@ where
                 // and the server, seeing its size hint met, drops it without polling for the
                 // end: the request ends here, with its usage, or it would only be dropped.
                 if this.inner.is_end_stream() {
-                    this.finish(true);
+                    this.hold.finish(true);
                     this.phase = Phase::Done;
                 }
                 Poll::Ready(Some(Ok(frame)))
@@ -374,7 +299,7 @@ where
                 })
             }
             Poll::Ready(None) => {
-                this.finish(true);
+                this.hold.finish(true);
                 this.phase = Phase::Done;
                 Poll::Ready(None)
             }

@@ -3,6 +3,9 @@ use futures_util::stream;
 use http_body_util::{BodyExt, StreamBody};
 use router_core::PodLoad;
 
+use std::sync::Arc;
+
+use crate::clock::Clock;
 use crate::metrics::Metrics;
 
 type Chunks = StreamBody<stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, String>>>>;

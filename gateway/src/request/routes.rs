@@ -55,15 +55,20 @@ async fn models(State(state): State<Arc<AppState>>, headers: http::HeaderMap) ->
     if let Err(error) = state.admission.authenticate(&headers) {
         return error.into_response();
     }
-    let data: Vec<serde_json::Value> = state
-        .replicas
+    axum::Json(model_list(&state.replicas)).into_response()
+}
+
+/// `GET /v1/models`'s answer: the union of the models the replicas serve, in OpenAI's list
+/// shape (also the ext_proc front end's answer to it).
+pub fn model_list(replicas: &crate::replicas::Replicas) -> serde_json::Value {
+    let data: Vec<serde_json::Value> = replicas
         .models()
         .into_iter()
         .map(|id| {
             serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "prefixgate"})
         })
         .collect();
-    axum::Json(serde_json::json!({"object": "list", "data": data})).into_response()
+    serde_json::json!({"object": "list", "data": data})
 }
 
 /// Liveness: the process serves HTTP.

@@ -1,0 +1,154 @@
+//! What a routed request holds until its response ends, whichever front end carries it.
+//!
+//! A [`RequestHold`] owns the request's [`InFlight`] (the pod's outstanding count and the
+//! request's work in the load view), its admission permit, its cluster ticket and its
+//! tenant's token charge. It is fed the response's bytes as they pass ([`RequestHold::observe`]:
+//! the first byte, the replica's `usage`) and released exactly once
+//! ([`RequestHold::finish`], or its drop). The HTTP front end keeps it in the response body
+//! ([`crate::request::release::GuardedBody`]), the Envoy ext_proc front end in the ext_proc
+//! stream ([`crate::ext_proc`]), so both account for load the same way: outstanding from the
+//! decision until the response ends, fails or its client goes away.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use router_core::InFlight;
+use tokio::time::Instant;
+
+use crate::admit::request_cost::UsageScan;
+use crate::admit::{AdmissionPermit, TokenHold};
+use crate::clock::Clock;
+use crate::cluster::SharedTicket;
+use crate::metrics::PodMetrics;
+
+/// What to record when the response finishes.
+#[derive(Debug)]
+pub struct Completion {
+    /// The replica's series (its name, for errors, too).
+    pub metrics: Arc<PodMetrics>,
+    /// When the request was sent upstream (for ext_proc: when it was routed).
+    pub sent_at: Instant,
+    /// The router's clock, for the request's lifecycle (first byte, end).
+    pub clock: Clock,
+}
+
+/// A routed request's hold on its pod, its admission place and its tenant's tokens.
+#[derive(Debug)]
+pub struct RequestHold {
+    /// The request's lifecycle in the router's load view: first byte, then end (with the
+    /// replica's usage) or drop, which releases the pod.
+    guard: Option<InFlight>,
+    /// The replica's `usage` as the response reports it, for the lifecycle's end.
+    usage: UsageScan,
+    /// The request's place under the admission caps, given back with the guard.
+    permit: Option<AdmissionPermit>,
+    /// The request's messages to the other gateways (cluster sharing): first byte, release.
+    ticket: Option<SharedTicket>,
+    /// The tokens charged to the request's tenant: fed the response's bytes to find
+    /// `usage`, and settled when released with the guard.
+    tokens: Option<TokenHold>,
+    first_byte_seen: bool,
+    completion: Option<Completion>,
+}
+
+impl RequestHold {
+    pub fn new(guard: InFlight, completion: Completion) -> Self {
+        RequestHold {
+            guard: Some(guard),
+            usage: UsageScan::default(),
+            permit: None,
+            ticket: None,
+            tokens: None,
+            first_byte_seen: false,
+            completion: Some(completion),
+        }
+    }
+
+    /// Holds `permit` until the response ends, like the outstanding guard.
+    pub fn with_permit(mut self, permit: AdmissionPermit) -> Self {
+        self.permit = Some(permit);
+        self
+    }
+
+    /// Holds the request's cluster ticket until the response ends, telling the other
+    /// gateways of its first byte and its release.
+    pub fn with_ticket(mut self, ticket: Option<SharedTicket>) -> Self {
+        self.ticket = ticket;
+        self
+    }
+
+    /// Holds the tenant's token charge until the response ends, settling it to the `usage`
+    /// the response reports.
+    pub fn with_token_hold(mut self, tokens: Option<TokenHold>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// Gives the tenant's tokens back: the replica answered with an error status, so it
+    /// generated nothing.
+    pub fn refund_tokens(&mut self) {
+        if let Some(tokens) = self.tokens.take() {
+            tokens.refund();
+        }
+    }
+
+    /// Whether a byte of the response body has been seen.
+    pub fn first_byte_seen(&self) -> bool {
+        self.first_byte_seen
+    }
+
+    /// Notes response body bytes on their way to the client: the usage numbers, and on the
+    /// first bytes the request's first byte (load view, cluster, TTFT).
+    pub fn observe(&mut self, data: &Bytes) {
+        self.usage.observe(data);
+        if let Some(tokens) = self.tokens.as_mut() {
+            tokens.observe(data);
+        }
+        if self.first_byte_seen {
+            return;
+        }
+        self.first_byte_seen = true;
+        // The replica has prefilled this request: its blocks stop counting as pending
+        // prefill in the load view (`prefix-load` reads it).
+        if let Some(guard) = self.guard.as_mut()
+            && let Some(c) = &self.completion
+        {
+            guard.first_byte(c.clock.now_ms());
+        }
+        if let Some(ticket) = self.ticket.as_mut() {
+            ticket.first_byte();
+        }
+        if let Some(c) = &self.completion {
+            c.metrics.observe_ttft(c.sent_at.elapsed());
+        }
+    }
+
+    /// Releases the guard, the permit and the token charge and records the total time, once.
+    /// `complete`: the response ended well, so the request's end (and its usage) is recorded
+    /// in the load view; after a failure the guard is only dropped.
+    pub fn finish(&mut self, complete: bool) {
+        if let Some(guard) = self.guard.take()
+            && complete
+            && let Some(c) = &self.completion
+            && let Some(verdict) = guard.end(c.clock.now_ms(), self.usage.router_usage())
+        {
+            c.metrics.record_cache_report(verdict);
+        }
+        self.ticket = None;
+        self.permit = None;
+        self.tokens = None;
+        if let Some(completion) = self.completion.take() {
+            completion
+                .metrics
+                .observe_total(completion.sent_at.elapsed());
+        }
+    }
+
+    /// The replica's name (empty once finished).
+    pub fn pod(&self) -> String {
+        self.completion
+            .as_ref()
+            .map(|c| c.metrics.pod().to_owned())
+            .unwrap_or_default()
+    }
+}
