@@ -12,6 +12,8 @@
 //!   scrape;
 //! - [`kv_sync`]: engines' KV-cache events into the prefix index;
 //! - [`cluster`]: the gateways of a fleet sharing their decisions through Redis;
+//! - [`ext_proc`]: the same request path as Envoy's external processor (AIBrix
+//!   gateway-plugins, Gateway API Inference Extension endpoint picker);
 //! - [`admit`]: admission (API keys, in-flight caps, tenant token rates);
 //! - [`config`]: the settings and how they are read.
 //!
@@ -26,6 +28,7 @@ pub(crate) mod clock;
 pub(crate) mod cluster;
 pub mod config;
 pub(crate) mod edge;
+pub(crate) mod ext_proc;
 pub(crate) mod kv_sync;
 pub(crate) mod metrics;
 pub(crate) mod replicas;

@@ -75,6 +75,9 @@ async fn serve(config: GatewayConfig) -> anyhow::Result<()> {
         handle.url(),
         handle.metrics_addr()
     );
+    if let Some(addr) = handle.ext_proc_addr() {
+        eprintln!("prefixgate ext_proc listening on {addr}");
+    }
     let signal = signals.recv().await;
     tracing::info!(
         signal,

@@ -31,6 +31,7 @@ use crate::admit::Admission;
 pub use crate::admit::{AdmissionConfig, TenantConfig};
 pub use crate::cluster::ClusterConfig;
 pub use crate::edge::tls::TlsConfig;
+pub use crate::ext_proc::{Dialect, ExtProcConfig};
 pub use crate::kv_sync::config::KvSyncConfig;
 pub use crate::replicas::admin::AdminConfig;
 pub use crate::replicas::discovery::{DiscoveryConfig, DiscoveryKind};
@@ -73,6 +74,9 @@ pub struct GatewayConfig {
     pub admin: AdminConfig,
     /// Cluster sharing: the gateways of a fleet share routing state through Redis.
     pub cluster: ClusterConfig,
+    /// Envoy external processing: the gateway as Envoy's ext_proc server (AIBrix
+    /// gateway-plugins or an Inference Extension endpoint picker).
+    pub ext_proc: ExtProcConfig,
     /// How many times faster than wall time the replicas' time runs, as the router reads it:
     /// 1 for real engines; N for simulated replicas run with `--time-scale N` (mock-engine,
     /// `loadgen matrix --local`), so that the router's times (time to first token, the TTFT
@@ -102,6 +106,7 @@ impl Default for GatewayConfig {
             kv_sync: KvSyncConfig::default(),
             admin: AdminConfig::default(),
             cluster: ClusterConfig::default(),
+            ext_proc: ExtProcConfig::default(),
             replica_time_scale: 1.0,
         }
     }
@@ -239,6 +244,7 @@ impl GatewayConfig {
         self.tls.validate()?;
         self.kv_sync.validate(self.routing.block_size)?;
         self.cluster.validate()?;
+        self.ext_proc.validate()?;
         let positive = [
             ("max_body_bytes", self.max_body_bytes as u64),
             (
@@ -370,6 +376,11 @@ mod tests {
                 ..Default::default()
             }
         );
+        assert_eq!(
+            config.ext_proc.listen,
+            Some(SocketAddr::from(([0, 0, 0, 0], 50052)))
+        );
+        assert!(config.ext_proc.tls_key_file.is_some());
         assert_eq!(config.admission.tenants["B"].max_in_flight, 2);
         assert_eq!(config.admission.tenants["B"].tokens_per_second, Some(2000));
         assert_eq!(config.admission.tenants["B"].token_burst, Some(20000));

@@ -4,8 +4,8 @@
 //! This is the library entry used by `main`, by the end-to-end tests and by loadgen's local
 //! runner. Start-up order: validate → TLS certificate and key (when configured) → router →
 //! replicas (embedded, then static; or the Kubernetes watch, waited for up to
-//! [`FIRST_POD_LIST_WAIT`]) → one health round (so models are known) → bind both listeners
-//! → background tasks (health, engine scrape, index sweep, and the token bucket sweep when
+//! [`FIRST_POD_LIST_WAIT`]) → one health round (so models are known) → bind the listeners
+//! (API, metrics, and Envoy ext_proc when `ext_proc.listen` is set) → background tasks (health, engine scrape, index sweep, and the token bucket sweep when
 //! token rates are on). Shutdown: stop accepting, let in-flight responses finish up to the
 //! grace period, then cut the rest: streams end with an SSE error event within
 //! [`CUT_WRITE_TIME`], then every connection left is aborted (their guards release as the
@@ -85,12 +85,16 @@ pub enum StartError {
 pub struct GatewayHandle {
     addr: SocketAddr,
     metrics_addr: SocketAddr,
+    /// The Envoy ext_proc listener's address, when it is on.
+    ext_proc_addr: Option<SocketAddr>,
     /// Whether the API listener serves TLS.
     tls: bool,
     state: Arc<AppState>,
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
     metrics_server: JoinHandle<()>,
+    /// The ext_proc listener, drained and cut with the API listener.
+    ext_proc_server: Option<JoinHandle<()>>,
     background: Vec<JoinHandle<()>>,
     embedded: EmbeddedReplicas,
     grace: Duration,
@@ -101,6 +105,7 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     config.validate()?;
     // Before anything starts: a bad certificate or key stops the start with nothing to undo.
     let tls = config.tls.acceptor()?;
+    let ext_proc_tls = config.ext_proc.acceptor()?;
     let default_strategy = config.default_strategy()?;
     let router = Arc::new(Router::new(
         config.routing.clone().for_kv_sync(config.kv_sync.enabled),
@@ -211,9 +216,17 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
         let metrics_listener = bind(config.metrics_listen).await?;
         let addr = local_addr(&listener, config.listen)?;
         let metrics_addr = local_addr(&metrics_listener, config.metrics_listen)?;
-        Ok::<_, StartError>((listener, metrics_listener, addr, metrics_addr))
+        let ext_proc = match config.ext_proc.listen {
+            Some(wanted) => {
+                let bound = bind(wanted).await?;
+                let addr = local_addr(&bound, wanted)?;
+                Some((bound, addr))
+            }
+            None => None,
+        };
+        Ok::<_, StartError>((listener, metrics_listener, addr, metrics_addr, ext_proc))
     };
-    let (listener, metrics_listener, addr, metrics_addr) = match listeners.await {
+    let (listener, metrics_listener, addr, metrics_addr, ext_proc) = match listeners.await {
         Ok(bound) => bound,
         Err(error) => {
             // Nothing started so far may outlive the failed start.
@@ -262,6 +275,16 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     let (stop, stopped) = watch::channel(false);
     let serves_tls = tls.is_some();
     let server = listener::spawn(listener, app(Arc::clone(&state)), tls, stopped.clone());
+    let ext_proc_addr = ext_proc.as_ref().map(|(_, addr)| *addr);
+    let ext_proc_server = ext_proc.map(|(bound, _)| {
+        crate::ext_proc::spawn(
+            bound,
+            Arc::clone(&state),
+            config.ext_proc.dialect,
+            ext_proc_tls,
+            stopped.clone(),
+        )
+    });
     // Plain HTTP always: Prometheus scrapes it from inside the cluster.
     let admin = admin::routes(AdminHandle {
         replicas: Arc::clone(&replicas),
@@ -282,6 +305,7 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     tracing::info!(
         %addr,
         %metrics_addr,
+        ext_proc = ?ext_proc_addr,
         tls = serves_tls,
         replicas = replica_count,
         "prefixgate serving"
@@ -289,11 +313,13 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
     Ok(GatewayHandle {
         addr,
         metrics_addr,
+        ext_proc_addr,
         tls: serves_tls,
         state,
         stop,
         server,
         metrics_server,
+        ext_proc_server,
         background,
         embedded,
         grace: config.shutdown_grace(),
@@ -353,6 +379,11 @@ impl GatewayHandle {
         self.metrics_addr
     }
 
+    /// The Envoy ext_proc listener's bound address (`None` without `ext_proc.listen`).
+    pub fn ext_proc_addr(&self) -> Option<SocketAddr> {
+        self.ext_proc_addr
+    }
+
     /// `http://ADDR` of the API listener, or `https://ADDR` when it serves TLS.
     pub fn url(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
@@ -405,21 +436,31 @@ impl GatewayHandle {
     /// [`Self::shutdown`] with an explicit grace period.
     pub async fn shutdown_within(mut self, grace: Duration) -> bool {
         let _ = self.stop.send(true);
-        let drained = tokio::time::timeout(grace, &mut self.server).await.is_ok();
+        let mut ext_proc = self.ext_proc_server.take();
+        let serving = async {
+            let _ = (&mut self.server).await;
+            if let Some(ext_proc) = ext_proc.as_mut() {
+                let _ = ext_proc.await;
+            }
+        };
+        let drained = tokio::time::timeout(grace, serving).await.is_ok();
         if !drained {
             tracing::warn!(
                 grace_ms = grace.as_millis(),
                 "grace period over; cutting in-flight responses"
             );
-            // Streams end with an error event (as on a replica failure) and their
-            // connections close; whatever is still open after that is aborted.
+            // Streams end with an error event (as on a replica failure), ext_proc streams
+            // with UNAVAILABLE, and their connections close; whatever is still open after
+            // that is aborted.
             self.state.cut.cancel();
-            if tokio::time::timeout(CUT_WRITE_TIME, &mut self.server)
-                .await
-                .is_err()
-            {
-                self.server.abort();
-                let _ = (&mut self.server).await;
+            for server in std::iter::once(&mut self.server).chain(ext_proc.as_mut()) {
+                if tokio::time::timeout(CUT_WRITE_TIME, &mut *server)
+                    .await
+                    .is_err()
+                {
+                    server.abort();
+                    let _ = server.await;
+                }
             }
         }
         if tokio::time::timeout(grace, &mut self.metrics_server)
