@@ -13,6 +13,8 @@
 //! - [`sse_events`] / [`assert_ends_with_done`]: what a streamed answer holds and how it ends.
 //! - [`raw_answer`] / [`openai_error`]: a request written as raw bytes and the gateway's
 //!   answer read until it closes; the OpenAI error in it.
+//! - [`envoy`]: a stand-in for Envoy's ext_proc filter (the message order of each processing
+//!   mode and what Envoy does with each answer), for the ext_proc listener's tests.
 //! - [`wait_until`]: waits on a condition with a bounded deadline (never sleep-and-hope);
 //!   [`shutdown_once_released`] ends a test whose responses must have released their pods.
 //!
@@ -22,6 +24,7 @@
 //! `stall:N` (N events, then silence). `x-fake-delay: MS` holds any of them back MS ms
 //! before the response head (a request waiting in an engine's queue).
 
+pub mod envoy;
 pub mod vllm_fixtures;
 
 use std::convert::Infallible;

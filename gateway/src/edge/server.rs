@@ -453,7 +453,10 @@ impl GatewayHandle {
             // with UNAVAILABLE, and their connections close; whatever is still open after
             // that is aborted.
             self.state.cut.cancel();
-            for server in std::iter::once(&mut self.server).chain(ext_proc.as_mut()) {
+            let unfinished = std::iter::once(&mut self.server)
+                .chain(ext_proc.as_mut())
+                .filter(|server| !server.is_finished());
+            for server in unfinished {
                 if tokio::time::timeout(CUT_WRITE_TIME, &mut *server)
                     .await
                     .is_err()

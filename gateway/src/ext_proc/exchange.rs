@@ -227,8 +227,11 @@ impl Exchange {
             BodyMode::FullDuplex => Vec::new(),
             BodyMode::Streamed => match modes.buffering_override() {
                 Some(mode) => {
+                    // Whether Envoy honours it shows in the body: whole (with its end) or
+                    // in pieces (the override ignored).
                     self.modes = Some(Modes {
                         request: BodyMode::Buffered,
+                        told: false,
                         ..modes
                     });
                     let mut answer = unrouted();
