@@ -93,7 +93,10 @@ async fn run(dialect: &str) -> Running {
 }
 
 fn chat(family: &str, tail: usize) -> String {
-    let prompt = format!("{} question {tail}", format!("{family} shared context. ").repeat(30));
+    let prompt = format!(
+        "{} question {tail}",
+        format!("{family} shared context. ").repeat(30)
+    );
     serde_json::json!({
         "model": "mock-model",
         "messages": [{"role": "user", "content": prompt}],
@@ -113,7 +116,10 @@ async fn via_http(running: &Running, body: String) -> String {
         .unwrap();
     let response = client.request(request).await.unwrap();
     assert_eq!(response.status(), 200);
-    let pod = response.headers()["target-pod"].to_str().unwrap().to_owned();
+    let pod = response.headers()["target-pod"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     response.into_body().collect().await.unwrap();
     pod
 }
@@ -143,11 +149,22 @@ async fn back_to_zero(running: &Running) {
 
 #[tokio::test]
 async fn the_binary_serves_ext_proc_health_and_routes_as_its_http_listener_does() {
-    for (dialect, filter) in [("aibrix", FilterConfig::aibrix()), ("gie", FilterConfig::gie())] {
+    for (dialect, filter) in [
+        ("aibrix", FilterConfig::aibrix()),
+        ("gie", FilterConfig::gie()),
+    ] {
         let running = run(dialect).await;
         let envoy = Envoy::connect(&running.ext_proc, filter.clone()).await;
-        for service in ["", "envoy.service.ext_proc.v3.ExternalProcessor", "readiness"] {
-            assert_eq!(envoy.health(service).await.unwrap(), 1, "{dialect}: {service:?}");
+        for service in [
+            "",
+            "envoy.service.ext_proc.v3.ExternalProcessor",
+            "readiness",
+        ] {
+            assert_eq!(
+                envoy.health(service).await.unwrap(),
+                1,
+                "{dialect}: {service:?}"
+            );
         }
         for (family, http_first) in [("alpha", true), ("beta", false), ("gamma", true)] {
             let through_envoy = |body: String| {
@@ -167,7 +184,10 @@ async fn the_binary_serves_ext_proc_health_and_routes_as_its_http_listener_does(
                 let pod = through_envoy(chat(family, 1)).await;
                 (pod, via_http(&running, chat(family, 2)).await)
             };
-            assert_eq!(first, second, "{dialect}, family {family}: the same replica");
+            assert_eq!(
+                first, second,
+                "{dialect}, family {family}: the same replica"
+            );
         }
         back_to_zero(&running).await;
         // A client that leaves once its request is routed, and a connection that breaks.

@@ -23,7 +23,10 @@ use prefixgate_tests::{
 
 /// A prompt long enough to fill several 128-byte prefix blocks, one per family.
 fn prompt(family: &str, tail: usize) -> String {
-    format!("{} question {tail}", format!("{family} shared context. ").repeat(30))
+    format!(
+        "{} question {tail}",
+        format!("{family} shared context. ").repeat(30)
+    )
 }
 
 fn chat(family: &str, tail: usize, stream: bool) -> String {
@@ -95,7 +98,11 @@ async fn aibrix_buffered_request_streamed_response_is_routed_by_target_pod_and_r
     assert_eq!(reply.header("request-id"), Some("envoy-request-id-1"));
     assert_eq!(reply.header("x-prefixgate-outstanding"), Some("0"));
     assert_eq!(reply.header("x-went-into-req-headers"), Some("true"));
-    assert!(reply.text().trim_end().ends_with("data: [DONE]"), "{}", reply.text());
+    assert!(
+        reply.text().trim_end().ends_with("data: [DONE]"),
+        "{}",
+        reply.text()
+    );
     released(&gateway).await;
     let metrics = Client::new().metrics(&gateway).await;
     let labels = format!("{{code=\"200\",model=\"{MOCK_MODEL}\",pod=\"{pod}\"}}");
@@ -176,7 +183,11 @@ async fn a_streamed_request_body_is_routed_after_a_mode_override_and_refused_wit
     let reply = envoy.send(&Request::post(CHAT_PATH, &body, 5)).await;
     assert_eq!(reply.status, 500);
     assert!(reply.local);
-    assert!(reply.text().contains("allow_mode_override"), "{}", reply.text());
+    assert!(
+        reply.text().contains("allow_mode_override"),
+        "{}",
+        reply.text()
+    );
     // An Envoy that says nothing of its modes is taken to follow the dialect's (buffered).
     let envoy = envoy.with_config(FilterConfig {
         send_protocol_config: false,
@@ -227,7 +238,9 @@ async fn the_subset_hint_limits_the_pick_and_an_empty_one_is_a_503() {
         let reply = envoy.send(&request).await;
         assert_eq!(reply.status, 503, "{what}: {}", reply.text());
         assert!(
-            reply.text().starts_with("inference error: ServiceUnavailable - "),
+            reply
+                .text()
+                .starts_with("inference error: ServiceUnavailable - "),
             "{what}: {}",
             reply.text()
         );
@@ -249,7 +262,10 @@ async fn refusals_and_the_gateway_s_own_answers_take_each_dialect_s_shape() {
         match dialect {
             Dialect::Aibrix => {
                 assert_eq!(reply.status, 400, "{}", reply.text());
-                assert_eq!(reply.header("x-error-no-model-backends"), Some("no-such-model"));
+                assert_eq!(
+                    reply.header("x-error-no-model-backends"),
+                    Some("no-such-model")
+                );
                 assert_eq!(reply.header("content-type"), Some("application/json"));
                 let error: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
                 assert_eq!(error["error"]["code"], "model_not_found");
@@ -262,12 +278,13 @@ async fn refusals_and_the_gateway_s_own_answers_take_each_dialect_s_shape() {
                 );
             }
         }
-        let reply = envoy
-            .send(&Request::post(CHAT_PATH, "{not json", 1))
-            .await;
+        let reply = envoy.send(&Request::post(CHAT_PATH, "{not json", 1)).await;
         assert_eq!(reply.status, 400, "{dialect:?}: {}", reply.text());
         let reply = envoy
-            .send(&Request::post(CHAT_PATH, &chat("eps", 1, false), 1).header("routing-strategy", "fastest"))
+            .send(
+                &Request::post(CHAT_PATH, &chat("eps", 1, false), 1)
+                    .header("routing-strategy", "fastest"),
+            )
             .await;
         assert_eq!(reply.status, 400, "{dialect:?}: {}", reply.text());
         // Answered by the gateway itself, as on its HTTP listener.
@@ -306,7 +323,11 @@ async fn admission_caps_hold_for_ext_proc_streams_until_their_response_ends() {
     let reply = envoy.send(&Request::post(CHAT_PATH, &body, 2)).await;
     assert_eq!(reply.status, 429, "{}", reply.text());
     assert_eq!(reply.header("retry-after"), Some("7"));
-    assert!(reply.text().starts_with("inference error: ResourceExhausted - "));
+    assert!(
+        reply
+            .text()
+            .starts_with("inference error: ResourceExhausted - ")
+    );
     first.reset();
     released(&gateway).await;
     let reply = envoy.send(&Request::post(CHAT_PATH, &body, 2)).await;
@@ -334,8 +355,8 @@ async fn ext_proc_and_http_requests_share_one_router_index_and_load_view() {
         let via_envoy = |body: String| {
             let envoy = &envoy;
             async move {
-                let request = Request::post(CHAT_PATH, &body, 2)
-                    .header("routing-strategy", "prefix-cache");
+                let request =
+                    Request::post(CHAT_PATH, &body, 2).header("routing-strategy", "prefix-cache");
                 let reply = envoy.send(&request).await;
                 assert_eq!(reply.status, 200, "{}", reply.text());
                 reply.header("target-pod").unwrap().to_owned()
@@ -346,7 +367,10 @@ async fn ext_proc_and_http_requests_share_one_router_index_and_load_view() {
         } else {
             (via_envoy(first).await, via_http(second).await)
         };
-        assert_eq!(a, b, "family {family}: the second front end follows the first's placement");
+        assert_eq!(
+            a, b,
+            "family {family}: the second front end follows the first's placement"
+        );
     }
     released(&gateway).await;
     // A stream held through ext_proc counts for the HTTP listener's least-request picks.
@@ -393,7 +417,11 @@ async fn outstanding_returns_to_zero_after_clients_leave_and_envoy_goes_away() {
                 .await
                 .unwrap();
         }
-        assert_eq!(gateway.total_outstanding(), 1, "held until the response ends");
+        assert_eq!(
+            gateway.total_outstanding(),
+            1,
+            "held until the response ends"
+        );
         stream.reset();
         released(&gateway).await;
     }
@@ -403,7 +431,11 @@ async fn outstanding_returns_to_zero_after_clients_leave_and_envoy_goes_away() {
     stream.finish().await.unwrap();
     released(&gateway).await;
     // Envoy itself goes away with streams open: its connection drops.
-    let gone = Envoy::connect(&gateway.ext_proc_addr().unwrap().to_string(), FilterConfig::aibrix()).await;
+    let gone = Envoy::connect(
+        &gateway.ext_proc_addr().unwrap().to_string(),
+        FilterConfig::aibrix(),
+    )
+    .await;
     let mut open = Vec::new();
     for _ in 0..3 {
         let mut stream = gone.open().await;
@@ -472,7 +504,11 @@ async fn grpc_health_is_serving_with_ready_replicas() {
         "readiness",
         "envoy.service.ext_proc.v3.ExternalProcessor",
     ] {
-        assert_eq!(envoy.health(service).await.unwrap(), 1, "{service:?} SERVING");
+        assert_eq!(
+            envoy.health(service).await.unwrap(),
+            1,
+            "{service:?} SERVING"
+        );
     }
     let unknown = envoy.health("something-else").await.unwrap_err();
     assert_eq!(unknown.code(), tonic::Code::NotFound);

@@ -24,6 +24,7 @@ const MAX_LINES: usize = 80;
 /// workspace root.
 const REQUEST_PATH: &[&str] = &[
     "gateway/src/request",
+    "gateway/src/ext_proc",
     "router-core/src/router.rs",
     "router-core/src/policy",
     "router-core/src/index",

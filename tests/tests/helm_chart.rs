@@ -17,6 +17,10 @@
 //! virtual environment and runs them with `--ignored`. Asked to run, a missing or failing
 //! Helm is a failure, never a skip.
 
+#[path = "helm_chart/crd.rs"]
+mod crd;
+#[path = "helm_chart/ext_proc.rs"]
+mod ext_proc;
 #[path = "helm_chart/kube_validate.rs"]
 mod kube_validate;
 #[path = "helm_chart/kv_sync.rs"]
@@ -376,7 +380,23 @@ fn check_case(case: &str, rendered: &Rendered, gateway: &Gateway) {
             assert_backends_are_the_engine_pods(rendered, gateway);
             assert_options_render_as_given(rendered, gateway);
         }
+        "ext-proc-aibrix" => {
+            assert_discovers_the_engine_pods(rendered, gateway);
+            ext_proc::assert_aibrix_mode(rendered, gateway);
+            no_tls();
+        }
+        "ext-proc-gie" => {
+            assert_discovers_the_engine_pods(rendered, gateway);
+            ext_proc::assert_gie_mode(rendered, gateway);
+            no_tls();
+        }
         other => panic!("ci/{other}-values.yaml is new: say in check_case what it shows"),
+    }
+    if !case.starts_with("ext-proc") {
+        assert!(
+            config.ext_proc.listen.is_none(),
+            "{case}: no ext_proc listener"
+        );
     }
     if case == "monitoring" {
         let monitor = rendered.object("ServiceMonitor", GATEWAY);
@@ -464,8 +484,36 @@ async fn helm_refuses_settings_that_cannot_work_with_a_message_naming_them() {
         kv_sync("kvSync.dataParallelSize=2,vllm.resources.limits.nvidia\\.com/gpu=2");
     let one_gpu = kv_sync("kvSync.dataParallelSize=2,kvSync.replayPort=5567");
     let mock = kv_sync("vllm.mock=true,kvSync.dataParallelSize=2,kvSync.replayPort=5567");
-    let refusals: [(&[&str], &str); 19] = [
+    let refusals: [(&[&str], &str); 23] = [
         (&[], "prefixgate has no replicas to route to"),
+        (
+            &[
+                "--set",
+                "vllm.enabled=true,extProc.enabled=true,extProc.dialect=istio",
+            ],
+            "extProc.dialect=\"istio\": use aibrix or gie",
+        ),
+        (
+            &[
+                "--set",
+                "vllm.enabled=true,extProc.enabled=true,extProc.inferencePool.enabled=true",
+            ],
+            "extProc.inferencePool needs an endpoint picker: set extProc.dialect=gie",
+        ),
+        (
+            &[
+                "--set",
+                "vllm.enabled=true,extProc.enabled=true,extProc.envoyGateway.enabled=true",
+            ],
+            "extProc.envoyGateway.gatewayName names the Gateway",
+        ),
+        (
+            &[
+                "--set",
+                "vllm.enabled=true,extProc.enabled=true,extProc.port=8080",
+            ],
+            "extProc.port=8080 is the HTTP or metrics port",
+        ),
         (
             &["--set", "vllm.enabled=true,discovery.kind=consul"],
             "discovery.kind=\"consul\": use static or kubernetes",

@@ -24,8 +24,8 @@
 //! `details` (Envoy's `%RESPONSE_CODE_DETAILS%`).
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValueOption;
-use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::envoy::service::ext_proc::v3::{HeaderMutation, ImmediateResponse};
+use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::google::protobuf::Struct;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use router_core::Decision;
@@ -287,7 +287,11 @@ mod tests {
         }
         let misconfigured = Refusal::Misconfigured("set BUFFERED".into());
         assert_eq!(
-            Dialect::Gie.refusal(&misconfigured, &id).status.unwrap().code,
+            Dialect::Gie
+                .refusal(&misconfigured, &id)
+                .status
+                .unwrap()
+                .code,
             500
         );
     }

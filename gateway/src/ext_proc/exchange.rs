@@ -196,7 +196,11 @@ impl Exchange {
             }
         };
         self.endpoint = Some(endpoint);
-        match self.state.admission.admit(&self.headers, &self.state.metrics) {
+        match self
+            .state
+            .admission
+            .admit(&self.headers, &self.state.metrics)
+        {
             Ok(permit) => self.permit = Some(permit),
             Err(error) => return Ok(vec![self.refuse(error.into())]),
         }
@@ -207,7 +211,9 @@ impl Exchange {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|len| len > limit as u64) {
-            return Ok(vec![self.refuse(GatewayError::BodyTooLarge { limit }.into())]);
+            return Ok(vec![
+                self.refuse(GatewayError::BodyTooLarge { limit }.into()),
+            ]);
         }
         if message.end_of_stream {
             // No body: routed (or, the body being required, refused) on an empty one.
@@ -216,13 +222,20 @@ impl Exchange {
                 .await);
         }
         self.phase = Phase::RequestBody;
+        Ok(self.before_the_body(modes))
+    }
+
+    /// The answer to the request headers of a request whose body is on its way: at once
+    /// when Envoy waits for it (with a mode override when the body would come streamed),
+    /// nothing yet in full duplex.
+    fn before_the_body(&mut self, modes: Modes) -> Vec<ProcessingResponse> {
         let unrouted = || {
             headers_answer(
                 true,
                 wire::common(self.dialect.unrouted_request_headers(), true),
             )
         };
-        Ok(match modes.request {
+        match modes.request {
             BodyMode::Buffered | BodyMode::BufferedPartial => vec![unrouted()],
             BodyMode::FullDuplex => Vec::new(),
             BodyMode::Streamed => match modes.buffering_override() {
@@ -240,13 +253,15 @@ impl Exchange {
                 }
                 None => vec![self.refuse(Refusal::Misconfigured(STREAMED_BODY.to_owned()))],
             },
-            BodyMode::None | BodyMode::Grpc => vec![self.refuse(Refusal::Misconfigured(
+            BodyMode::None | BodyMode::Grpc => {
+                vec![self.refuse(Refusal::Misconfigured(
                 "prefixgate's ext_proc routes on the request body, which this Envoy does not \
                  send: set the request body mode to BUFFERED (AIBrix) or FULL_DUPLEX_STREAMED \
                  (Inference Extension)"
                     .to_owned(),
-            ))],
-        })
+            ))]
+            }
+        }
     }
 
     async fn request_body(
@@ -261,7 +276,9 @@ impl Exchange {
         }
         let limit = self.state.settings.max_body_bytes;
         if self.body.len() + message.body.len() > limit {
-            return Ok(vec![self.refuse(GatewayError::BodyTooLarge { limit }.into())]);
+            return Ok(vec![
+                self.refuse(GatewayError::BodyTooLarge { limit }.into()),
+            ]);
         }
         self.body.extend_from_slice(&message.body);
         let end = message.end_of_stream;
@@ -274,13 +291,15 @@ impl Exchange {
             // Told BUFFERED: a body without its end is whole, the trailers follow.
             BodyMode::Buffered if end || modes.told => self.body_complete(Place::BodyAnswer).await,
             BodyMode::BufferedPartial if end => self.body_complete(Place::BodyAnswer).await,
-            BodyMode::BufferedPartial => vec![self.refuse(Refusal::Gateway(
+            BodyMode::BufferedPartial => {
+                vec![self.refuse(Refusal::Gateway(
                 GatewayError::BodyRead(
                     "the request body is larger than Envoy's buffer (BUFFERED_PARTIAL sent only \
                      its start); raise the listener's buffer limit or send smaller bodies"
                         .to_owned(),
                 ),
-            ))],
+            ))]
+            }
             _ => vec![self.refuse(Refusal::Misconfigured(STREAMED_BODY.to_owned()))],
         })
     }
@@ -389,7 +408,10 @@ impl Exchange {
         Ok(())
     }
 
-    fn response_headers(&mut self, message: &HttpHeaders) -> Result<Vec<ProcessingResponse>, Status> {
+    fn response_headers(
+        &mut self,
+        message: &HttpHeaders,
+    ) -> Result<Vec<ProcessingResponse>, Status> {
         let Some(routed) = self.routed.as_mut() else {
             // Not routed here (Envoy let the request pass without a decision): nothing to add.
             return Ok(vec![headers_answer(false, CommonResponse::default())]);
@@ -460,13 +482,15 @@ impl Exchange {
         let body = model_list(&self.state.replicas).to_string();
         immediate(ImmediateResponse {
             status: Some(HttpStatus { code: 200 }),
-            headers: Some(envoy_types::pb::envoy::service::ext_proc::v3::HeaderMutation {
-                set_headers: vec![set_header(
-                    http::header::CONTENT_TYPE.as_str(),
-                    b"application/json",
-                )],
-                remove_headers: Vec::new(),
-            }),
+            headers: Some(
+                envoy_types::pb::envoy::service::ext_proc::v3::HeaderMutation {
+                    set_headers: vec![set_header(
+                        http::header::CONTENT_TYPE.as_str(),
+                        b"application/json",
+                    )],
+                    remove_headers: Vec::new(),
+                },
+            ),
             body: body.into_bytes(),
             ..Default::default()
         })
@@ -490,49 +514,47 @@ const STREAMED_BODY: &str = "prefixgate's ext_proc routes on the whole request b
     Envoy streams it: set the request body mode to BUFFERED (AIBrix) or FULL_DUPLEX_STREAMED \
     (Inference Extension), or set allow_mode_override so that prefixgate can ask for BUFFERED";
 
-fn immediate(response: ImmediateResponse) -> ProcessingResponse {
+fn answer(response: Answer) -> ProcessingResponse {
     ProcessingResponse {
-        response: Some(Answer::ImmediateResponse(response)),
+        response: Some(response),
         ..Default::default()
     }
 }
 
+fn immediate(response: ImmediateResponse) -> ProcessingResponse {
+    answer(Answer::ImmediateResponse(response))
+}
+
+/// The answer to the request's (`request`) or the response's headers.
 fn headers_answer(request: bool, common: CommonResponse) -> ProcessingResponse {
     let headers = HeadersResponse {
         response: Some(common),
     };
-    ProcessingResponse {
-        response: Some(if request {
-            Answer::RequestHeaders(headers)
-        } else {
-            Answer::ResponseHeaders(headers)
-        }),
-        ..Default::default()
-    }
+    answer(if request {
+        Answer::RequestHeaders(headers)
+    } else {
+        Answer::ResponseHeaders(headers)
+    })
 }
 
+/// The answer to a chunk of the request's (`request`) or the response's body.
 fn body_answer(request: bool, common: CommonResponse) -> ProcessingResponse {
     let body = BodyResponse {
         response: Some(common),
     };
-    ProcessingResponse {
-        response: Some(if request {
-            Answer::RequestBody(body)
-        } else {
-            Answer::ResponseBody(body)
-        }),
-        ..Default::default()
-    }
+    answer(if request {
+        Answer::RequestBody(body)
+    } else {
+        Answer::ResponseBody(body)
+    })
 }
 
+/// The answer to the request's (`request`) or the response's trailers.
 fn trailers_answer(request: bool) -> ProcessingResponse {
     let trailers = TrailersResponse::default();
-    ProcessingResponse {
-        response: Some(if request {
-            Answer::RequestTrailers(trailers)
-        } else {
-            Answer::ResponseTrailers(trailers)
-        }),
-        ..Default::default()
-    }
+    answer(if request {
+        Answer::RequestTrailers(trailers)
+    } else {
+        Answer::ResponseTrailers(trailers)
+    })
 }

@@ -141,7 +141,10 @@ mod tests {
             check("readiness").await.unwrap(),
             ServingStatus::NotServing as i32
         );
-        assert_eq!(check("liveness").await.unwrap(), ServingStatus::Serving as i32);
+        assert_eq!(
+            check("liveness").await.unwrap(),
+            ServingStatus::Serving as i32
+        );
         let change = watch.next().await.unwrap().unwrap();
         assert_eq!(change.status, ServingStatus::NotServing as i32);
     }

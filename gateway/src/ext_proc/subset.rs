@@ -34,7 +34,10 @@ impl Subset {
     /// namespace (the hint seen before, if any, stands).
     pub fn from_metadata(metadata: Option<&Metadata>) -> Option<Subset> {
         let namespace = metadata?.filter_metadata.get(SUBSET_NAMESPACE)?;
-        let hint = namespace.fields.get(SUBSET_KEY).and_then(|v| v.kind.as_ref());
+        let hint = namespace
+            .fields
+            .get(SUBSET_KEY)
+            .and_then(|v| v.kind.as_ref());
         let Some(Kind::ListValue(list)) = hint else {
             return Some(Subset::Any);
         };
@@ -125,8 +128,8 @@ mod tests {
         );
         let not_a_list = metadata(Some(Kind::StringValue("10.0.0.1:8000".into())));
         assert_eq!(Subset::from_metadata(Some(&not_a_list)), Some(Subset::Any));
-        let subset = Subset::from_metadata(Some(&metadata(Some(list(&["10.0.0.2:9999"])))))
-            .unwrap();
+        let subset =
+            Subset::from_metadata(Some(&metadata(Some(list(&["10.0.0.2:9999"]))))).unwrap();
         assert!(!subset.admits(&a));
         assert!(subset.admits(&b), "the IP decides, not the port");
         let empty = Subset::from_metadata(Some(&metadata(Some(list(&[]))))).unwrap();

@@ -159,7 +159,11 @@ mod tests {
                 .map(|(k, v)| WireHeader {
                     key: (*k).to_owned(),
                     value: if raw { String::new() } else { (*v).to_owned() },
-                    raw_value: if raw { v.as_bytes().to_vec() } else { Vec::new() },
+                    raw_value: if raw {
+                        v.as_bytes().to_vec()
+                    } else {
+                        Vec::new()
+                    },
                 })
                 .collect(),
         }

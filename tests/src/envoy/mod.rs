@@ -132,7 +132,10 @@ impl Request {
         let mut headers = HeaderMap::new();
         headers.insert("content-type", HeaderValue::from_static("application/json"));
         headers.insert("content-length", HeaderValue::from(bytes.len()));
-        headers.insert("x-request-id", HeaderValue::from_static("envoy-request-id-1"));
+        headers.insert(
+            "x-request-id",
+            HeaderValue::from_static("envoy-request-id-1"),
+        );
         Request {
             method: "POST".into(),
             path: path.into(),
@@ -314,14 +317,19 @@ impl Envoy {
         }
         let mut out = Vec::new();
         for (i, chunk) in chunks.iter().enumerate() {
-            match stream.response_chunk(chunk.clone(), i + 1 == chunks.len()).await {
+            match stream
+                .response_chunk(chunk.clone(), i + 1 == chunks.len())
+                .await
+            {
                 Ok(sent) => out.extend_from_slice(&sent),
                 Err(local) => return local,
             }
         }
         reply.body = out.into();
-        stream.finish().await.expect("the ext_proc server ended its stream badly");
+        stream
+            .finish()
+            .await
+            .expect("the ext_proc server ended its stream badly");
         reply
     }
 }
-

@@ -146,7 +146,10 @@ impl EnvoyStream {
     }
 
     /// Reads the answer to a message of `kind`; anything else fails the request.
-    async fn expect(&mut self, kind: fn(&Answer) -> Option<&CommonResponse>) -> Result<Option<(CommonResponse, ProcessingResponse)>, Reply> {
+    async fn expect(
+        &mut self,
+        kind: fn(&Answer) -> Option<&CommonResponse>,
+    ) -> Result<Option<(CommonResponse, ProcessingResponse)>, Reply> {
         match self.read().await {
             Read::Local(reply) => Err(reply),
             Read::Ended => Ok(None),
@@ -192,15 +195,21 @@ impl EnvoyStream {
             ],
             &headers,
         );
-        let full_duplex = body_mode(self.mode.request_body_mode) == BodySendMode::FullDuplexStreamed;
+        let full_duplex =
+            body_mode(self.mode.request_body_mode) == BodySendMode::FullDuplexStreamed;
         let buffered = matches!(
             body_mode(self.mode.request_body_mode),
             BodySendMode::Buffered | BodySendMode::BufferedPartial
         );
-        if buffered && body.len() > self.config.buffer_limit
+        if buffered
+            && body.len() > self.config.buffer_limit
             && body_mode(self.mode.request_body_mode) == BodySendMode::Buffered
         {
-            return Err(Reply::local(413, HeaderMap::new(), Bytes::from_static(b"Payload Too Large")));
+            return Err(Reply::local(
+                413,
+                HeaderMap::new(),
+                Bytes::from_static(b"Payload Too Large"),
+            ));
         }
         self.send(
             Message::RequestHeaders(HttpHeaders {
@@ -215,16 +224,33 @@ impl EnvoyStream {
             // Body and trailers without waiting, as they arrive.
             for (i, chunk) in request.body.iter().enumerate() {
                 let last = i + 1 == request.body.len() && request.trailers.is_none();
-                self.send(Message::RequestBody(HttpBody { body: chunk.to_vec(), end_of_stream: last, ..Default::default() }), Some(request)).await;
+                self.send(
+                    Message::RequestBody(HttpBody {
+                        body: chunk.to_vec(),
+                        end_of_stream: last,
+                        ..Default::default()
+                    }),
+                    Some(request),
+                )
+                .await;
             }
             if let Some(trailers) = &request.trailers {
-                self.send(Message::RequestTrailers(HttpTrailers { trailers: Some(wire_headers(&[], trailers)) }), Some(request)).await;
+                self.send(
+                    Message::RequestTrailers(HttpTrailers {
+                        trailers: Some(wire_headers(&[], trailers)),
+                    }),
+                    Some(request),
+                )
+                .await;
             }
         }
-        let Some((common, answer)) = self.expect(|a| match a {
-            Answer::RequestHeaders(h) => Some(h.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
-            _ => None,
-        }).await? else {
+        let Some((common, answer)) = self
+            .expect(|a| match a {
+                Answer::RequestHeaders(h) => Some(h.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
+                _ => None,
+            })
+            .await?
+        else {
             forward.headers = headers;
             forward.body = body;
             return Ok(forward);
@@ -240,18 +266,27 @@ impl EnvoyStream {
         match mode {
             _ if empty || self.done => sent.extend_from_slice(&body),
             BodySendMode::FullDuplexStreamed => loop {
-                let Some((common, answer)) = self.expect(|a| match a {
-                    Answer::RequestBody(b) => Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
-                    Answer::RequestTrailers(_) => Some(&DEFAULT_COMMON),
-                    _ => None,
-                }).await? else { break };
+                let Some((common, answer)) = self
+                    .expect(|a| match a {
+                        Answer::RequestBody(b) => {
+                            Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON))
+                        }
+                        Answer::RequestTrailers(_) => Some(&DEFAULT_COMMON),
+                        _ => None,
+                    })
+                    .await?
+                else {
+                    break;
+                };
                 if matches!(answer.response, Some(Answer::RequestTrailers(_))) {
                     break;
                 }
                 merge(&mut forward.metadata, answer.dynamic_metadata.clone());
                 let Some((chunk, end)) = mutation::streamed(common.body_mutation.as_ref()) else {
                     self.close();
-                    return Err(Reply::ext_proc_error("a full-duplex body answer without streamed_response"));
+                    return Err(Reply::ext_proc_error(
+                        "a full-duplex body answer without streamed_response",
+                    ));
                 };
                 sent.extend_from_slice(&chunk);
                 if end {
@@ -259,19 +294,39 @@ impl EnvoyStream {
                 }
             },
             BodySendMode::Buffered | BodySendMode::BufferedPartial => {
-                let limit = if mode == BodySendMode::BufferedPartial { self.config.buffer_limit.min(body.len()) } else { body.len() };
+                let limit = if mode == BodySendMode::BufferedPartial {
+                    self.config.buffer_limit.min(body.len())
+                } else {
+                    body.len()
+                };
                 let whole = limit == body.len();
-                self.send(Message::RequestBody(HttpBody { body: body[..limit].to_vec(), end_of_stream: whole && request.trailers.is_none(), ..Default::default() }), Some(request)).await;
-                match self.expect(|a| match a {
-                    Answer::RequestBody(b) => Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
-                    _ => None,
-                }).await? {
+                self.send(
+                    Message::RequestBody(HttpBody {
+                        body: body[..limit].to_vec(),
+                        end_of_stream: whole && request.trailers.is_none(),
+                        ..Default::default()
+                    }),
+                    Some(request),
+                )
+                .await;
+                match self
+                    .expect(|a| match a {
+                        Answer::RequestBody(b) => {
+                            Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON))
+                        }
+                        _ => None,
+                    })
+                    .await?
+                {
                     Some((common, answer)) => {
                         // Buffered: the headers have not left, so the mutation applies.
                         apply(common.header_mutation.as_ref(), &mut headers);
                         forward.cleared_route |= common.clear_route_cache;
                         merge(&mut forward.metadata, answer.dynamic_metadata.clone());
-                        sent.extend_from_slice(&mutation::mutate_body(common.body_mutation.as_ref(), body.slice(..limit)));
+                        sent.extend_from_slice(&mutation::mutate_body(
+                            common.body_mutation.as_ref(),
+                            body.slice(..limit),
+                        ));
                     }
                     None => sent.extend_from_slice(&body[..limit]),
                 }
@@ -285,13 +340,29 @@ impl EnvoyStream {
                         sent.extend_from_slice(chunk);
                         continue;
                     }
-                    self.send(Message::RequestBody(HttpBody { body: chunk.to_vec(), end_of_stream: last, ..Default::default() }), Some(request)).await;
-                    match self.expect(|a| match a {
-                        Answer::RequestBody(b) => Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
-                        _ => None,
-                    }).await? {
+                    self.send(
+                        Message::RequestBody(HttpBody {
+                            body: chunk.to_vec(),
+                            end_of_stream: last,
+                            ..Default::default()
+                        }),
+                        Some(request),
+                    )
+                    .await;
+                    match self
+                        .expect(|a| match a {
+                            Answer::RequestBody(b) => {
+                                Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON))
+                            }
+                            _ => None,
+                        })
+                        .await?
+                    {
                         // Streamed: the headers are gone, only the body mutation applies.
-                        Some((common, _)) => sent.extend_from_slice(&mutation::mutate_body(common.body_mutation.as_ref(), chunk.clone())),
+                        Some((common, _)) => sent.extend_from_slice(&mutation::mutate_body(
+                            common.body_mutation.as_ref(),
+                            chunk.clone(),
+                        )),
                         None => sent.extend_from_slice(chunk),
                     }
                 }
@@ -309,7 +380,13 @@ impl EnvoyStream {
         let Some(trailers) = request.trailers.as_ref().filter(|_| send && !self.done) else {
             return Ok(());
         };
-        self.send(Message::RequestTrailers(HttpTrailers { trailers: Some(wire_headers(&[], trailers)) }), Some(request)).await;
+        self.send(
+            Message::RequestTrailers(HttpTrailers {
+                trailers: Some(wire_headers(&[], trailers)),
+            }),
+            Some(request),
+        )
+        .await;
         self.expect(|a| match a {
             Answer::RequestTrailers(_) => Some(&DEFAULT_COMMON),
             _ => None,
@@ -319,18 +396,34 @@ impl EnvoyStream {
     }
 
     /// The response headers from upstream; `Ok` with the headers Envoy sends downstream.
-    pub async fn response_headers(&mut self, status: u16, mut headers: HeaderMap, end_of_stream: bool) -> Result<HeaderMap, Reply> {
+    pub async fn response_headers(
+        &mut self,
+        status: u16,
+        mut headers: HeaderMap,
+        end_of_stream: bool,
+    ) -> Result<HeaderMap, Reply> {
         let send = self.mode.response_header_mode != HeaderSendMode::Skip as i32;
         if self.done || !send {
             return Ok(headers);
         }
         let status_text = status.to_string();
         let wire = wire_headers(&[(":status", &status_text)], &headers);
-        self.send(Message::ResponseHeaders(HttpHeaders { headers: Some(wire), end_of_stream, ..Default::default() }), None).await;
-        if let Some((common, answer)) = self.expect(|a| match a {
-            Answer::ResponseHeaders(h) => Some(h.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
-            _ => None,
-        }).await? {
+        self.send(
+            Message::ResponseHeaders(HttpHeaders {
+                headers: Some(wire),
+                end_of_stream,
+                ..Default::default()
+            }),
+            None,
+        )
+        .await;
+        if let Some((common, answer)) = self
+            .expect(|a| match a {
+                Answer::ResponseHeaders(h) => Some(h.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
+                _ => None,
+            })
+            .await?
+        {
             apply(common.header_mutation.as_ref(), &mut headers);
             self.override_mode(&answer);
         }
@@ -338,32 +431,60 @@ impl EnvoyStream {
     }
 
     /// One chunk of the response body; `Ok` with what Envoy sends downstream for it.
-    pub async fn response_chunk(&mut self, chunk: Bytes, end_of_stream: bool) -> Result<Bytes, Reply> {
+    pub async fn response_chunk(
+        &mut self,
+        chunk: Bytes,
+        end_of_stream: bool,
+    ) -> Result<Bytes, Reply> {
         let mode = body_mode(self.mode.response_body_mode);
         if self.done || matches!(mode, BodySendMode::None) {
             return Ok(chunk);
         }
-        self.send(Message::ResponseBody(HttpBody { body: chunk.to_vec(), end_of_stream, ..Default::default() }), None).await;
+        self.send(
+            Message::ResponseBody(HttpBody {
+                body: chunk.to_vec(),
+                end_of_stream,
+                ..Default::default()
+            }),
+            None,
+        )
+        .await;
         if mode != BodySendMode::FullDuplexStreamed {
-            return Ok(match self.expect(|a| match a {
-                Answer::ResponseBody(b) => Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
-                _ => None,
-            }).await? {
-                Some((common, _)) => mutation::mutate_body(common.body_mutation.as_ref(), chunk),
-                None => chunk,
-            });
+            return Ok(
+                match self
+                    .expect(|a| match a {
+                        Answer::ResponseBody(b) => {
+                            Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON))
+                        }
+                        _ => None,
+                    })
+                    .await?
+                {
+                    Some((common, _)) => {
+                        mutation::mutate_body(common.body_mutation.as_ref(), chunk)
+                    }
+                    None => chunk,
+                },
+            );
         }
         // Full duplex: the server's streamed answers are what goes downstream; read until
         // they have given back as much, or said the end.
         let mut out = BytesMut::new();
         loop {
-            let Some((common, _)) = self.expect(|a| match a {
-                Answer::ResponseBody(b) => Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
-                _ => None,
-            }).await? else { return Ok(out.freeze()) };
+            let Some((common, _)) = self
+                .expect(|a| match a {
+                    Answer::ResponseBody(b) => Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
+                    _ => None,
+                })
+                .await?
+            else {
+                return Ok(out.freeze());
+            };
             let Some((part, end)) = mutation::streamed(common.body_mutation.as_ref()) else {
                 self.close();
-                return Err(Reply::ext_proc_error("a full-duplex body answer without streamed_response"));
+                return Err(Reply::ext_proc_error(
+                    "a full-duplex body answer without streamed_response",
+                ));
             };
             out.extend_from_slice(&part);
             if end || (!end_of_stream && out.len() >= chunk.len()) {
@@ -377,7 +498,13 @@ impl EnvoyStream {
         if self.done || self.mode.response_trailer_mode != HeaderSendMode::Send as i32 {
             return Ok(());
         }
-        self.send(Message::ResponseTrailers(HttpTrailers { trailers: Some(wire_headers(&[], trailers)) }), None).await;
+        self.send(
+            Message::ResponseTrailers(HttpTrailers {
+                trailers: Some(wire_headers(&[], trailers)),
+            }),
+            None,
+        )
+        .await;
         self.expect(|a| match a {
             Answer::ResponseTrailers(_) => Some(&DEFAULT_COMMON),
             _ => None,
@@ -393,7 +520,9 @@ impl EnvoyStream {
         loop {
             match self.answers.message().await {
                 Ok(Some(extra)) => {
-                    return Err(tonic::Status::internal(format!("an answer after the end: {extra:?}")));
+                    return Err(tonic::Status::internal(format!(
+                        "an answer after the end: {extra:?}"
+                    )));
                 }
                 Ok(None) => return Ok(()),
                 Err(status) => return Err(status),

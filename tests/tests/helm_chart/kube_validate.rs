@@ -54,6 +54,26 @@ pub const SKIPPED: &[(&str, &str, &str)] = &[
         "ScaledObject",
         "a KEDA CRD, not part of the Kubernetes API the schemas describe",
     ),
+    (
+        "gateway.networking.k8s.io/v1",
+        "HTTPRoute",
+        "a Gateway API CRD: checked against its CRD's fields (helm_chart/crd.rs)",
+    ),
+    (
+        "gateway.envoyproxy.io/v1alpha1",
+        "EnvoyExtensionPolicy",
+        "an Envoy Gateway CRD: checked against its CRD's fields (helm_chart/crd.rs)",
+    ),
+    (
+        "gateway.envoyproxy.io/v1alpha1",
+        "EnvoyPatchPolicy",
+        "an Envoy Gateway CRD: checked against its CRD's fields (helm_chart/crd.rs)",
+    ),
+    (
+        "inference.networking.k8s.io/v1",
+        "InferencePool",
+        "an Inference Extension CRD: checked against its CRD's fields (helm_chart/crd.rs)",
+    ),
 ];
 
 /// API versions newer than the oldest Kubernetes checked: an object of one is validated from

@@ -158,6 +158,42 @@ with a message instead of being ignored.
 {{- fail "adminToken.secretKey must name the key of adminToken.existingSecret that holds the admin token." }}
 {{- end }}
 {{- include "prefixgate.validateKvSync" . }}
+{{- include "prefixgate.validateExtProc" . }}
+{{- end }}
+
+{{/*
+The Secret holding the ext_proc port's certificate: extProc.tls.secretName, the chart's own
+self-signed one, or nothing (plaintext).
+*/}}
+{{- define "prefixgate.extProcTlsSecret" -}}
+{{- $t := .Values.extProc.tls }}
+{{- if $t.secretName }}{{ $t.secretName }}{{ else if $t.selfSigned }}{{ include "prefixgate.fullname" . }}-ext-proc-tls{{ end }}
+{{- end }}
+
+{{/* The ext_proc settings that cannot work together stop the render, named. */}}
+{{- define "prefixgate.validateExtProc" -}}
+{{- $e := .Values.extProc }}
+{{- if not (has $e.dialect (list "aibrix" "gie")) }}
+{{- fail (printf "extProc.dialect=%q: use aibrix or gie." $e.dialect) }}
+{{- end }}
+{{- if and $e.tls.secretName $e.tls.selfSigned }}
+{{- fail "extProc.tls: give secretName or selfSigned=true, not both." }}
+{{- end }}
+{{- if and (or $e.envoyGateway.enabled $e.inferencePool.enabled) (not $e.enabled) }}
+{{- fail "extProc.envoyGateway and extProc.inferencePool send traffic to prefixgate's ext_proc port: set extProc.enabled=true." }}
+{{- end }}
+{{- if and $e.envoyGateway.enabled (ne $e.dialect "aibrix") }}
+{{- fail "extProc.envoyGateway routes on AIBrix's target-pod header: it needs extProc.dialect=aibrix (an InferencePool is the gie dialect's way)." }}
+{{- end }}
+{{- if and $e.inferencePool.enabled (ne $e.dialect "gie") }}
+{{- fail "extProc.inferencePool needs an endpoint picker: set extProc.dialect=gie." }}
+{{- end }}
+{{- if and $e.inferencePool.enabled (not (has $e.inferencePool.failureMode (list "FailClose" "FailOpen"))) }}
+{{- fail (printf "extProc.inferencePool.failureMode=%q: use FailClose or FailOpen." $e.inferencePool.failureMode) }}
+{{- end }}
+{{- if and $e.enabled (or (eq (int $e.port) (int .Values.ports.http)) (eq (int $e.port) (int .Values.ports.metrics))) }}
+{{- fail (printf "extProc.port=%d is the HTTP or metrics port: give the ext_proc listener its own." (int $e.port)) }}
+{{- end }}
 {{- end }}
 
 {{/*
