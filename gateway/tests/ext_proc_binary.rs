@@ -7,6 +7,10 @@
 //! (`tests/src/envoy/`).
 
 #![cfg(unix)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "the stand-in and this test's helpers run only in tests: a panic is a failed assertion"
+)]
 
 #[allow(
     dead_code,

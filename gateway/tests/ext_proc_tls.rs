@@ -3,6 +3,13 @@
 //! and an ext_proc stream through it, a certificate made at test time with rcgen; a
 //! certificate that cannot be read stops the start naming the file.
 
+#![expect(
+    clippy::unwrap_used,
+    reason = "this test's helpers run only in tests: a panic is a failed assertion"
+)]
+
+mod support;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,11 +57,7 @@ fn certificate(dir: &std::path::Path) -> (PathBuf, PathBuf, Arc<ClientConfig>) {
 }
 
 fn config(cert_file: PathBuf, key_file: PathBuf) -> GatewayConfig {
-    let mut config = GatewayConfig::default();
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    config.metrics_listen = "127.0.0.1:0".parse().unwrap();
-    config.embedded.mock_engines = 1;
-    config.embedded.engine_profile = "fast".to_owned();
+    let mut config = support::embedded_config(1);
     config.ext_proc.listen = Some("127.0.0.1:0".parse().unwrap());
     config.ext_proc.dialect = Dialect::Gie;
     config.ext_proc.tls_cert_file = Some(cert_file);

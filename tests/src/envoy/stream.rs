@@ -170,7 +170,7 @@ impl EnvoyStream {
         if let Some(mode) = &answer.mode_override
             && self.config.allow_mode_override
         {
-            self.mode = mode.clone();
+            self.mode = *mode;
         }
     }
 
@@ -517,16 +517,12 @@ impl EnvoyStream {
     /// Returns the server's final status (`Ok` for a clean end).
     pub async fn finish(mut self) -> Result<(), tonic::Status> {
         self.sender = None;
-        loop {
-            match self.answers.message().await {
-                Ok(Some(extra)) => {
-                    return Err(tonic::Status::internal(format!(
-                        "an answer after the end: {extra:?}"
-                    )));
-                }
-                Ok(None) => return Ok(()),
-                Err(status) => return Err(status),
-            }
+        match self.answers.message().await {
+            Ok(Some(extra)) => Err(tonic::Status::internal(format!(
+                "an answer after the end: {extra:?}"
+            ))),
+            Ok(None) => Ok(()),
+            Err(status) => Err(status),
         }
     }
 
