@@ -514,3 +514,31 @@ async fn grpc_health_is_serving_with_ready_replicas() {
     assert_eq!(unknown.code(), tonic::Code::NotFound);
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn response_trailers_end_a_full_duplex_response() {
+    let (gateway, envoy) = started(config(Dialect::Gie), FilterConfig::gie()).await;
+    let mut stream = envoy.open().await;
+    stream
+        .request(&Request::post(CHAT_PATH, &chat("omicron", 1, true), 2))
+        .await
+        .unwrap();
+    stream
+        .response_headers(200, text_event_stream(), false)
+        .await
+        .unwrap();
+    let echoed = stream
+        .response_chunk("data: {}\n\n".into(), false)
+        .await
+        .unwrap();
+    assert_eq!(&echoed[..], b"data: {}\n\n", "sent back unchanged");
+    assert_eq!(gateway.total_outstanding(), 1);
+    // An HTTP/2 upstream's trailers: the body ended without end_of_stream.
+    stream
+        .response_trailers(&http::HeaderMap::new())
+        .await
+        .unwrap();
+    released(&gateway).await;
+    stream.finish().await.unwrap();
+    gateway.shutdown().await;
+}
