@@ -244,13 +244,7 @@ impl EnvoyStream {
                 .await;
             }
         }
-        let Some((common, answer)) = self
-            .expect(|a| match a {
-                Answer::RequestHeaders(h) => Some(h.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
-                _ => None,
-            })
-            .await?
-        else {
+        let Some((common, answer)) = self.expect(request_headers).await? else {
             forward.headers = headers;
             forward.body = body;
             return Ok(forward);
@@ -266,16 +260,7 @@ impl EnvoyStream {
         match mode {
             _ if empty || self.done => sent.extend_from_slice(&body),
             BodySendMode::FullDuplexStreamed => loop {
-                let Some((common, answer)) = self
-                    .expect(|a| match a {
-                        Answer::RequestBody(b) => {
-                            Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON))
-                        }
-                        Answer::RequestTrailers(_) => Some(&DEFAULT_COMMON),
-                        _ => None,
-                    })
-                    .await?
-                else {
+                let Some((common, answer)) = self.expect(request_body_or_trailers).await? else {
                     break;
                 };
                 if matches!(answer.response, Some(Answer::RequestTrailers(_))) {
@@ -309,15 +294,7 @@ impl EnvoyStream {
                     Some(request),
                 )
                 .await;
-                match self
-                    .expect(|a| match a {
-                        Answer::RequestBody(b) => {
-                            Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON))
-                        }
-                        _ => None,
-                    })
-                    .await?
-                {
+                match self.expect(request_body).await? {
                     Some((common, answer)) => {
                         // Buffered: the headers have not left, so the mutation applies.
                         apply(common.header_mutation.as_ref(), &mut headers);
@@ -349,15 +326,7 @@ impl EnvoyStream {
                         Some(request),
                     )
                     .await;
-                    match self
-                        .expect(|a| match a {
-                            Answer::RequestBody(b) => {
-                                Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON))
-                            }
-                            _ => None,
-                        })
-                        .await?
-                    {
+                    match self.expect(request_body).await? {
                         // Streamed: the headers are gone, only the body mutation applies.
                         Some((common, _)) => sent.extend_from_slice(&mutation::mutate_body(
                             common.body_mutation.as_ref(),
@@ -387,12 +356,7 @@ impl EnvoyStream {
             Some(request),
         )
         .await;
-        self.expect(|a| match a {
-            Answer::RequestTrailers(_) => Some(&DEFAULT_COMMON),
-            _ => None,
-        })
-        .await
-        .map(|_| ())
+        self.expect(request_trailers).await.map(|_| ())
     }
 
     /// The response headers from upstream; `Ok` with the headers Envoy sends downstream.
@@ -417,13 +381,7 @@ impl EnvoyStream {
             None,
         )
         .await;
-        if let Some((common, answer)) = self
-            .expect(|a| match a {
-                Answer::ResponseHeaders(h) => Some(h.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
-                _ => None,
-            })
-            .await?
-        {
+        if let Some((common, answer)) = self.expect(response_headers).await? {
             apply(common.header_mutation.as_ref(), &mut headers);
             self.override_mode(&answer);
         }
@@ -450,34 +408,16 @@ impl EnvoyStream {
         )
         .await;
         if mode != BodySendMode::FullDuplexStreamed {
-            return Ok(
-                match self
-                    .expect(|a| match a {
-                        Answer::ResponseBody(b) => {
-                            Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON))
-                        }
-                        _ => None,
-                    })
-                    .await?
-                {
-                    Some((common, _)) => {
-                        mutation::mutate_body(common.body_mutation.as_ref(), chunk)
-                    }
-                    None => chunk,
-                },
-            );
+            return Ok(match self.expect(response_body).await? {
+                Some((common, _)) => mutation::mutate_body(common.body_mutation.as_ref(), chunk),
+                None => chunk,
+            });
         }
         // Full duplex: the server's streamed answers are what goes downstream; read until
         // they have given back as much, or said the end.
         let mut out = BytesMut::new();
         loop {
-            let Some((common, _)) = self
-                .expect(|a| match a {
-                    Answer::ResponseBody(b) => Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
-                    _ => None,
-                })
-                .await?
-            else {
+            let Some((common, _)) = self.expect(response_body).await? else {
                 return Ok(out.freeze());
             };
             let Some((part, end)) = mutation::streamed(common.body_mutation.as_ref()) else {
@@ -505,12 +445,7 @@ impl EnvoyStream {
             None,
         )
         .await;
-        self.expect(|a| match a {
-            Answer::ResponseTrailers(_) => Some(&DEFAULT_COMMON),
-            _ => None,
-        })
-        .await
-        .map(|_| ())
+        self.expect(response_trailers).await.map(|_| ())
     }
 
     /// Envoy is done with the request: it half-closes the stream and the server ends it.
@@ -556,4 +491,49 @@ fn merge(into: &mut Option<Struct>, more: Option<Struct>) {
         Some(existing) => existing.fields.extend(more.fields),
         None => *into = Some(more),
     }
+}
+
+/// The answers each message awaits: the common part of the answer of that kind.
+fn request_headers(answer: &Answer) -> Option<&CommonResponse> {
+    match answer {
+        Answer::RequestHeaders(h) => Some(h.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
+        _ => None,
+    }
+}
+
+fn request_body(answer: &Answer) -> Option<&CommonResponse> {
+    match answer {
+        Answer::RequestBody(b) => Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
+        _ => None,
+    }
+}
+
+/// Full duplex: a body chunk, or the trailers' answer that follows the last one.
+fn request_body_or_trailers(answer: &Answer) -> Option<&CommonResponse> {
+    match answer {
+        Answer::RequestTrailers(_) => Some(&DEFAULT_COMMON),
+        other => request_body(other),
+    }
+}
+
+fn request_trailers(answer: &Answer) -> Option<&CommonResponse> {
+    matches!(answer, Answer::RequestTrailers(_)).then_some(&DEFAULT_COMMON)
+}
+
+fn response_headers(answer: &Answer) -> Option<&CommonResponse> {
+    match answer {
+        Answer::ResponseHeaders(h) => Some(h.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
+        _ => None,
+    }
+}
+
+fn response_body(answer: &Answer) -> Option<&CommonResponse> {
+    match answer {
+        Answer::ResponseBody(b) => Some(b.response.as_ref().unwrap_or(&DEFAULT_COMMON)),
+        _ => None,
+    }
+}
+
+fn response_trailers(answer: &Answer) -> Option<&CommonResponse> {
+    matches!(answer, Answer::ResponseTrailers(_)).then_some(&DEFAULT_COMMON)
 }
