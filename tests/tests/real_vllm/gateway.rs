@@ -182,6 +182,22 @@ impl Gateway {
             .json()
     }
 
+    /// `POST /admin/replicas`: adds `backend` to the gateway's set.
+    pub async fn add_replica(&self, client: &Client, backend: &BackendConfig) {
+        let body =
+            serde_json::json!({"name": backend.name, "url": backend.url, "model": backend.model})
+                .to_string();
+        let added = client
+            .call(
+                "POST",
+                &format!("{}/admin/replicas", self.admin),
+                &[("content-type", "application/json")],
+                body,
+            )
+            .await;
+        assert_eq!(added.status, 201, "{}", added.text());
+    }
+
     /// The gateway's `/metrics` text.
     pub async fn metrics(&self, client: &Client) -> String {
         client
