@@ -18,8 +18,8 @@
 )]
 #[path = "../../tests/src/envoy/mod.rs"]
 mod envoy;
+mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,73 +27,32 @@ use envoy::{Envoy, FilterConfig, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use support::binary::{self, Running};
 
 /// Bound on every wait in this test; generous for a loaded CI machine.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// The running binary and its three listeners' addresses.
-struct Running {
-    _child: Child,
-    api: String,
-    metrics: String,
-    ext_proc: String,
-}
-
+/// The binary in front of two embedded `fast` replicas, with its ext_proc listener in
+/// `dialect`.
 async fn run(dialect: &str) -> Running {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_prefixgate"))
-        .args([
-            "--mock-engines",
-            "2",
-            "--set",
-            "embedded.engine_profile=fast",
-            "--set",
-            "embedded.time_scale=10",
-            "--set",
-            "ext_proc.listen=127.0.0.1:0",
-            "--set",
-            &format!("ext_proc.dialect={dialect}"),
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    let (api, metrics, ext_proc) = tokio::time::timeout(DEADLINE, async {
-        let (mut api, mut metrics) = (String::new(), String::new());
-        while let Some(line) = stderr.next_line().await.unwrap() {
-            if let Some(rest) = line.strip_prefix("prefixgate listening on http://") {
-                let mut words = rest.split_whitespace();
-                api = words.next().unwrap().to_owned();
-                metrics = words
-                    .nth(2)
-                    .unwrap()
-                    .trim_start_matches("http://")
-                    .trim_end_matches("/metrics)")
-                    .to_owned();
-            }
-            if let Some(rest) = line.strip_prefix("prefixgate ext_proc listening on ") {
-                return (api, metrics, rest.trim().to_owned());
-            }
-        }
-        panic!("prefixgate exited before its ext_proc listener opened");
-    })
-    .await
-    .expect("prefixgate did not start in time");
-    // The rest of the log is not read; it must not fill the pipe and block the binary.
-    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-    Running {
-        _child: child,
-        api,
-        metrics,
-        ext_proc,
-    }
+    let dialect = format!("ext_proc.dialect={dialect}");
+    let args = [
+        "--mock-engines",
+        "2",
+        "--set",
+        "embedded.engine_profile=fast",
+        "--set",
+        "embedded.time_scale=10",
+        "--set",
+        "ext_proc.listen=127.0.0.1:0",
+        "--set",
+        &dialect,
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ];
+    binary::start(&args, true).await
 }
 
 fn chat(family: &str, tail: usize) -> String {
@@ -158,7 +117,11 @@ async fn the_binary_serves_ext_proc_health_and_routes_as_its_http_listener_does(
         ("gie", FilterConfig::gie()),
     ] {
         let running = run(dialect).await;
-        let envoy = Envoy::connect(&running.ext_proc, filter.clone()).await;
+        let envoy = Envoy::connect(
+            running.ext_proc.as_deref().expect("its ext_proc listener"),
+            filter.clone(),
+        )
+        .await;
         for service in [
             "",
             "envoy.service.ext_proc.v3.ExternalProcessor",
@@ -201,7 +164,11 @@ async fn the_binary_serves_ext_proc_health_and_routes_as_its_http_listener_does(
         assert_eq!(outstanding(&running).await, 1.0);
         left.reset();
         back_to_zero(&running).await;
-        let broken = Envoy::connect(&running.ext_proc, filter).await;
+        let broken = Envoy::connect(
+            running.ext_proc.as_deref().expect("its ext_proc listener"),
+            filter,
+        )
+        .await;
         let mut stream = broken.open().await;
         stream.request(&request).await.unwrap();
         assert_eq!(outstanding(&running).await, 1.0);

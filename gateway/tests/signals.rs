@@ -2,21 +2,28 @@
 //! and exits 0. Runs the real binary with one embedded mock engine on port 0.
 
 #![cfg(unix)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "the shared support helpers run only in tests: a panic is a failed assertion"
+)]
 
-use std::process::Stdio;
+mod support;
+
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::Command;
+
+use support::binary;
 
 /// Bound on every wait in this test; generous for a loaded CI machine.
 const DEADLINE: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn sigterm_drains_the_stream_in_flight_and_exits_zero() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_prefixgate"))
-        .args([
+    let running = binary::start(
+        &[
             "--mock-engines",
             "1",
             // The L20 profile at 2× takes about 30 ms per token, so the stream below is still
@@ -29,23 +36,11 @@ async fn sigterm_drains_the_stream_in_flight_and_exits_zero() {
             "127.0.0.1:0",
             "--metrics-listen",
             "127.0.0.1:0",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = tokio::time::timeout(DEADLINE, async {
-        while let Some(line) = stderr.next_line().await.unwrap() {
-            if let Some(rest) = line.strip_prefix("prefixgate listening on http://") {
-                return rest.split_whitespace().next().unwrap().to_owned();
-            }
-        }
-        panic!("prefixgate exited before listening");
-    })
-    .await
-    .expect("prefixgate did not start in time");
+        ],
+        false,
+    )
+    .await;
+    let (mut child, addr) = (running.child, running.api);
 
     // A raw HTTP/1 request, so the test sees exactly what the server sends.
     let mut stream = TcpStream::connect(&addr).await.unwrap();
