@@ -15,6 +15,7 @@ use crate::clock::Clock;
 use crate::cluster::ClusterPublisher;
 use crate::metrics::Metrics;
 use crate::replicas::Replicas;
+use crate::request::resume::config::ResumeSettings;
 use crate::upstream::UpstreamClient;
 
 /// Settings the request path reads on every request.
@@ -31,6 +32,8 @@ pub struct RequestSettings {
     /// With KV-event sync on, how long a request waits for the engine's `/tokenize`;
     /// `None` when sync is off (prompts are tokenized by the router's own tokenizer).
     pub engine_tokenize_timeout: Option<Duration>,
+    /// Carrying broken streams on on another replica (`[resume]`).
+    pub resume: ResumeSettings,
 }
 
 /// Everything the handlers share.
@@ -76,6 +79,7 @@ impl AppState {
                 max_retries: 0,
                 eject_after_failures: 3,
                 engine_tokenize_timeout: None,
+                resume: crate::request::resume::config::ResumeConfig::default().settings(),
             },
             clock: Clock::new(),
             cluster: None,

@@ -36,6 +36,7 @@ pub use crate::kv_sync::config::KvSyncConfig;
 pub use crate::replicas::admin::AdminConfig;
 pub use crate::replicas::discovery::{DiscoveryConfig, DiscoveryKind};
 pub use crate::replicas::static_::BackendConfig;
+pub use crate::request::resume::config::ResumeConfig;
 
 /// Everything a gateway needs to start.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
@@ -77,6 +78,8 @@ pub struct GatewayConfig {
     /// Envoy external processing: the gateway as Envoy's ext_proc server (AIBrix
     /// gateway-plugins or an Inference Extension endpoint picker).
     pub ext_proc: ExtProcConfig,
+    /// Resume: a stream whose replica fails mid-answer is carried on on another replica.
+    pub resume: ResumeConfig,
     /// How many times faster than wall time the replicas' time runs, as the router reads it:
     /// 1 for real engines; N for simulated replicas run with `--time-scale N` (mock-engine,
     /// `loadgen matrix --local`), so that the router's times (time to first token, the TTFT
@@ -107,6 +110,7 @@ impl Default for GatewayConfig {
             admin: AdminConfig::default(),
             cluster: ClusterConfig::default(),
             ext_proc: ExtProcConfig::default(),
+            resume: ResumeConfig::default(),
             replica_time_scale: 1.0,
         }
     }
@@ -245,6 +249,7 @@ impl GatewayConfig {
         self.kv_sync.validate(self.routing.block_size)?;
         self.cluster.validate()?;
         self.ext_proc.validate()?;
+        self.resume.validate()?;
         let positive = [
             ("max_body_bytes", self.max_body_bytes as u64),
             (

@@ -200,6 +200,7 @@ pub async fn start(config: GatewayConfig) -> Result<GatewayHandle, StartError> {
                 .kv_sync
                 .enabled
                 .then(|| config.kv_sync.tokenize_timeout()),
+            resume: config.resume.settings(),
         },
         clock,
         cluster,

@@ -59,6 +59,7 @@ struct Families {
     upstream_ttft: HistogramVec,
     upstream_total: HistogramVec,
     retries: IntCounterVec,
+    resumes: IntCounterVec,
     ejections: IntCounterVec,
     readmissions: IntCounterVec,
     admission_rejections: IntCounterVec,
@@ -232,6 +233,14 @@ impl Metrics {
             ),
             &["pod"],
         )?;
+        let resumes = IntCounterVec::new(
+            Opts::new(
+                "prefixgate_stream_resumes_total",
+                "Streams broken mid-answer that the gateway tried to carry on on another \
+                 replica, by outcome (resumed, failed, deadline, exhausted, not_resumable)",
+            ),
+            &["outcome"],
+        )?;
         let ejections = IntCounterVec::new(
             Opts::new(
                 "prefixgate_replica_ejections_total",
@@ -290,6 +299,7 @@ impl Metrics {
         registry.register(Box::new(upstream_ttft.clone()))?;
         registry.register(Box::new(upstream_total.clone()))?;
         registry.register(Box::new(retries.clone()))?;
+        registry.register(Box::new(resumes.clone()))?;
         registry.register(Box::new(ejections.clone()))?;
         registry.register(Box::new(readmissions.clone()))?;
         // AIBrix v0.7.0 sets this once at construction with an empty model label.
@@ -326,6 +336,7 @@ impl Metrics {
             upstream_ttft,
             upstream_total,
             retries,
+            resumes,
             ejections,
             readmissions,
             admission_rejections,
@@ -374,6 +385,13 @@ impl Metrics {
     /// answered is counted through its [`PodMetrics`].
     pub fn record_request(&self, model: &str, pod: &str, code: u16) {
         self.families.requests_series(model, pod, code).inc();
+    }
+
+    /// Counts one resume of a broken stream by its outcome (`resumed`: a continuation
+    /// streams; `failed`, `deadline`, `exhausted`, `not_resumable`: the stream ended with an
+    /// error event instead).
+    pub fn record_resume(&self, outcome: &str) {
+        self.families.resumes.with_label_values(&[outcome]).inc();
     }
 
     pub fn record_ejection(&self, pod: &str) {

@@ -49,11 +49,14 @@ pub struct RequestHold {
     tokens: Option<TokenHold>,
     first_byte_seen: bool,
     completion: Option<Completion>,
+    /// The router's clock, kept for the replica a resumed stream moves to.
+    clock: Clock,
 }
 
 impl RequestHold {
     pub fn new(guard: InFlight, completion: Completion) -> Self {
         RequestHold {
+            clock: completion.clock,
             guard: Some(guard),
             usage: UsageScan::default(),
             permit: None,
@@ -142,6 +145,41 @@ impl RequestHold {
                 .metrics
                 .observe_total(completion.sent_at.elapsed());
         }
+    }
+
+    /// The request's replica failed mid-answer and a resume is under way: its outstanding
+    /// count, its cluster ticket and its time series are released now (the permit and the
+    /// token charge stay with the request), so the failed replica carries none of the
+    /// continuation's load.
+    pub fn leave_replica(&mut self) {
+        self.guard = None;
+        self.ticket = None;
+        if let Some(completion) = self.completion.take() {
+            completion
+                .metrics
+                .observe_total(completion.sent_at.elapsed());
+        }
+    }
+
+    /// A continuation answered: the request now holds the new replica, whose first byte
+    /// and usage are awaited afresh.
+    pub fn take_over(
+        &mut self,
+        guard: InFlight,
+        ticket: Option<SharedTicket>,
+        metrics: Arc<PodMetrics>,
+        sent_at: Instant,
+    ) {
+        self.leave_replica();
+        self.guard = Some(guard);
+        self.ticket = ticket;
+        self.completion = Some(Completion {
+            metrics,
+            sent_at,
+            clock: self.clock,
+        });
+        self.usage = UsageScan::default();
+        self.first_byte_seen = false;
     }
 
     /// The replica's name (empty once finished).

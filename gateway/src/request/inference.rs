@@ -13,6 +13,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::HeaderValue;
+use hyper::body::Incoming;
 use router_core::text::Endpoint;
 
 use crate::admit::{AdmissionPermit, TokenHold};
@@ -20,8 +21,10 @@ use crate::request::error::GatewayError;
 use crate::request::headers;
 use crate::request::parse;
 use crate::request::prepare::prepare;
-use crate::request::proxy::{self, Forwarded};
+use crate::request::proxy::{self, Forwarded, Outgoing};
 use crate::request::release::{Completion, GuardedBody};
+use crate::request::resume::reconnect::Reconnector;
+use crate::request::resume::{self, Resume};
 use crate::state::AppState;
 
 /// Serves one chat, completion or embedding request.
@@ -56,7 +59,7 @@ pub async fn inference(
 }
 
 async fn serve(
-    state: &AppState,
+    state: &Arc<AppState>,
     endpoint: Endpoint,
     parts: http::request::Parts,
     body: Body,
@@ -66,14 +69,35 @@ async fn serve(
     let permit = state.admission.admit(&parts.headers, &state.metrics)?;
     let bytes = parse::read_body(&parts.headers, body, state.settings.max_body_bytes).await?;
     let mut prepared = prepare(state, endpoint, &parts.headers, &bytes, model).await?;
+    let plan = resume::plan::plan(
+        state.settings.resume.enabled,
+        endpoint,
+        &parts.headers,
+        &bytes,
+    )?;
+    let outgoing = Outgoing::prepare(&parts, bytes, request_id);
+    // A resumable request keeps what it sent, for its continuations.
+    let resume = plan.map(|plan| {
+        let reconnect = Reconnector::new(
+            Arc::clone(state),
+            prepared.strategy,
+            endpoint,
+            outgoing.clone(),
+        );
+        Resume::new(
+            plan,
+            state.settings.resume,
+            Box::new(reconnect),
+            state.metrics.clone(),
+        )
+    });
     let forwarded = proxy::forward(
         state,
         prepared.strategy,
         &prepared.fields,
         prepared.tokens_to_hash(),
-        &parts,
-        bytes,
-        request_id,
+        outgoing,
+        &[],
     )
     .await;
     let forwarded = match forwarded {
@@ -91,10 +115,21 @@ async fn serve(
         state,
         &prepared.fields.model,
         forwarded,
-        permit,
-        prepared.tokens,
+        Held {
+            permit,
+            tokens: prepared.tokens,
+            resume,
+        },
         request_id,
     ))
+}
+
+/// What the response body keeps besides the pod: the admission permit, the tenant's token
+/// charge and, for a resumable stream, its resume.
+struct Held {
+    permit: AdmissionPermit,
+    tokens: Option<TokenHold>,
+    resume: Option<Resume<Incoming>>,
 }
 
 /// The client's response: the replica's status and headers plus the routing headers, and
@@ -104,10 +139,14 @@ fn respond(
     state: &AppState,
     model: &str,
     forwarded: Forwarded,
-    permit: AdmissionPermit,
-    tokens: Option<TokenHold>,
+    held: Held,
     request_id: &HeaderValue,
 ) -> Response {
+    let Held {
+        permit,
+        tokens,
+        resume,
+    } = held;
     let Forwarded {
         response,
         picked,
@@ -145,7 +184,9 @@ fn respond(
     .with_permit(permit)
     .with_ticket(picked.ticket)
     .with_token_hold(tokens)
-    .with_cut(state.cut.clone());
+    .with_cut(state.cut.clone())
+    // Only a stream that began well is carried on; an error answer passes as it is.
+    .with_resume(resume.filter(|_| sse && upstream.status.is_success()));
     let mut response = Response::new(Body::new(body));
     *response.status_mut() = upstream.status;
     headers::copy_response_headers(&upstream.headers, response.headers_mut());

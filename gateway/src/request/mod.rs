@@ -17,4 +17,5 @@ pub mod pick;
 pub mod prepare;
 pub mod proxy;
 pub mod release;
+pub mod resume;
 pub mod routes;

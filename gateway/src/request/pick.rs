@@ -58,8 +58,9 @@ pub fn strategy(
     })
 }
 
-/// Chooses a ready replica for `fields.model`, skipping the replicas named in `exclude`
-/// (those already tried for this request). `tokens`, with KV-event sync, is the prompt as
+/// Chooses a ready replica for `fields.model`, skipping the replicas in `exclude` (those
+/// already tried for this request) and those named in `avoid` (those that failed a resumed
+/// stream). `tokens`, with KV-event sync, is the prompt as
 /// the engine tokenized it (4-byte big-endian ids), hashed instead of the text. `hashes`,
 /// on a retry, are the prompt's block hashes from the failed attempt's decision, routed
 /// with instead of hashing the prompt again.
@@ -70,8 +71,12 @@ pub fn pick(
     tokens: Option<&[u8]>,
     hashes: Option<Vec<u64>>,
     exclude: &[Arc<Replica>],
+    avoid: &[String],
 ) -> Result<Picked, GatewayError> {
-    let untried = |replica: &Arc<Replica>| !exclude.iter().any(|x| Arc::ptr_eq(x, replica));
+    let untried = |replica: &Arc<Replica>| {
+        !exclude.iter().any(|x| Arc::ptr_eq(x, replica))
+            && !avoid.iter().any(|name| name == replica.name())
+    };
     pick_among(state, strategy, fields, tokens, hashes, &untried)
 }
 
@@ -208,6 +213,7 @@ mod tests {
                 None,
                 None,
                 &[],
+                &[],
             )
             .unwrap();
             // The replica handed back is the one the decision names and counts against.
@@ -223,15 +229,25 @@ mod tests {
             None,
             None,
             std::slice::from_ref(&a),
+            &[],
         )
         .unwrap();
         assert_eq!(only_b.replica.name(), "b");
-        let error = pick(&state, Strategy::Random, &fields("m"), None, None, &[a, b]).unwrap_err();
+        let error = pick(
+            &state,
+            Strategy::Random,
+            &fields("m"),
+            None,
+            None,
+            &[a, b],
+            &[],
+        )
+        .unwrap_err();
         assert!(
             matches!(error, GatewayError::NoReadyReplica(_)),
             "{error:?}"
         );
-        let error = pick(&state, Strategy::Random, &fields("y"), None, None, &[]).unwrap_err();
+        let error = pick(&state, Strategy::Random, &fields("y"), None, None, &[], &[]).unwrap_err();
         assert!(matches!(error, GatewayError::UnknownModel(_)), "{error:?}");
     }
 
@@ -242,7 +258,7 @@ mod tests {
         let cold = Arc::new(Replica::new("cold", "127.0.0.1:1", vec![]));
         cold.report_failure(1);
         let state = state(vec![Arc::clone(&cold)]);
-        let error = pick(&state, Strategy::Random, &fields("m"), None, None, &[]).unwrap_err();
+        let error = pick(&state, Strategy::Random, &fields("m"), None, None, &[], &[]).unwrap_err();
         assert!(
             matches!(error, GatewayError::NoReadyReplica(_)),
             "{error:?}"
@@ -251,7 +267,16 @@ mod tests {
         cold.set_models(vec!["m".into()]);
         cold.report_success(1);
         assert!(state.replicas.any_ready());
-        let error = pick(&state, Strategy::Random, &fields("other"), None, None, &[]).unwrap_err();
+        let error = pick(
+            &state,
+            Strategy::Random,
+            &fields("other"),
+            None,
+            None,
+            &[],
+            &[],
+        )
+        .unwrap_err();
         assert!(matches!(error, GatewayError::UnknownModel(_)), "{error:?}");
     }
 

@@ -59,7 +59,8 @@ enum AttemptError {
 }
 
 /// What every attempt of one request sends upstream, prepared once.
-struct Outgoing {
+#[derive(Debug, Clone)]
+pub struct Outgoing {
     method: Method,
     /// The client's path and query, shared (not copied) by every attempt.
     path_and_query: PathAndQuery,
@@ -68,7 +69,7 @@ struct Outgoing {
 }
 
 impl Outgoing {
-    fn prepare(parts: &Parts, body: Bytes, request_id: &HeaderValue) -> Self {
+    pub fn prepare(parts: &Parts, body: Bytes, request_id: &HeaderValue) -> Self {
         let client = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
@@ -85,6 +86,14 @@ impl Outgoing {
         }
     }
 
+    /// The same request with another body (a resumed stream's continuation).
+    pub fn with_body(&self, body: Bytes) -> Self {
+        Outgoing {
+            body,
+            ..self.clone()
+        }
+    }
+
     /// The headers for one attempt: the last one takes the prepared map, earlier ones a
     /// copy, so that a retry finds it whole.
     fn headers_for(&mut self, last: bool) -> HeaderMap {
@@ -96,18 +105,17 @@ impl Outgoing {
     }
 }
 
-/// Picks a replica and forwards the request, retrying another replica on early failures.
+/// Picks a replica and forwards the prepared request, retrying another replica on early
+/// failures; never to the replicas named in `avoid` (those that failed a resumed stream).
 pub async fn forward(
     state: &AppState,
     strategy: Strategy,
     fields: &RoutingFields,
     tokens: Option<&[u8]>,
-    parts: &Parts,
-    body: Bytes,
-    request_id: &HeaderValue,
+    mut outgoing: Outgoing,
+    avoid: &[String],
 ) -> Result<Forwarded, GatewayError> {
     let max_attempts = state.settings.max_retries.saturating_add(1);
-    let mut outgoing = Outgoing::prepare(parts, body, request_id);
     let mut tried: Vec<Arc<Replica>> = Vec::new();
     // The prompt's block hashes, taken back from a failed attempt's decision for the next.
     let mut hashes: Option<Vec<u64>> = None;
@@ -117,7 +125,16 @@ pub async fn forward(
     // answer through says more than a gateway error would.
     let mut refused: Option<Forwarded> = None;
     for attempt in 1..=max_attempts {
-        let mut picked = match pick(state, strategy, fields, tokens, hashes.take(), &tried) {
+        let picked = pick(
+            state,
+            strategy,
+            fields,
+            tokens,
+            hashes.take(),
+            &tried,
+            avoid,
+        );
+        let mut picked = match picked {
             Ok(picked) => picked,
             // Every replica was tried: the failure is theirs, not a lack of replicas.
             Err(GatewayError::NoReadyReplica(_)) if !tried.is_empty() => break,

@@ -32,6 +32,7 @@ use crate::cluster::SharedTicket;
 use crate::request::error::openai_error;
 pub use crate::request::hold::Completion;
 use crate::request::hold::RequestHold;
+use crate::request::resume::{Refusal, Resume};
 
 /// Why a response body stopped early.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +47,13 @@ pub enum StreamError {
         "replica {pod} sent no response body (no first token) within {wait_ms} ms of its headers"
     )]
     FirstToken { pod: String, wait_ms: u128 },
+    /// The replica failed mid-answer and carrying the stream on on another one failed.
+    #[error("replica {pod} failed mid-response ({cause}) and resuming the stream failed: {reason}")]
+    Resume {
+        pod: String,
+        cause: String,
+        reason: String,
+    },
     /// The gateway's shutdown passed its drain deadline with the response unfinished.
     #[error("the gateway shut down before replica {pod} finished the response")]
     Cut { pod: String },
@@ -67,6 +75,11 @@ impl StreamError {
 #[derive(Debug)]
 enum Phase {
     Streaming,
+    /// The upstream broke at `pod` (with `cause`) and a continuation is on its way.
+    Resuming {
+        pod: String,
+        cause: String,
+    },
     /// The SSE error event and `[DONE]` still to send after a mid-stream failure.
     Tail(VecDeque<Bytes>),
     Done,
@@ -97,6 +110,8 @@ pub struct GuardedBody<B> {
     cut_wait: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     /// Whether the last byte sent ended an SSE event, so an error event starts cleanly.
     at_event_boundary: bool,
+    /// For a resumable stream: its transcript and the continuation machinery.
+    resume: Option<Box<Resume<B>>>,
 }
 
 impl<B> GuardedBody<B> {
@@ -119,7 +134,14 @@ impl<B> GuardedBody<B> {
             cut: None,
             cut_wait: None,
             at_event_boundary: true,
+            resume: None,
         }
+    }
+
+    /// Carries the stream on on another replica when its upstream breaks mid-answer.
+    pub fn with_resume(mut self, resume: Option<Resume<B>>) -> Self {
+        self.resume = resume.map(Box::new);
+        self
     }
 
     /// Waits at most `limit` for the body's first frame (the idle limit by default).
@@ -188,7 +210,10 @@ impl<B> GuardedBody<B> {
     }
 }
 
-/// The two halves of [`GuardedBody::poll_frame`]: a data frame passing, and a wait.
+/// What [`GuardedBody::poll_frame`] does next.
+type Step = Option<Poll<Option<Result<Frame<Bytes>, StreamError>>>>;
+
+/// The parts of [`GuardedBody::poll_frame`]: a data frame passing, a wait, a break.
 impl<B> GuardedBody<B> {
     /// Notes a data frame on its way to the client: the SSE event boundary, and for the
     /// request's hold the usage numbers and (on the first frame) the first byte.
@@ -199,13 +224,21 @@ impl<B> GuardedBody<B> {
         self.hold.observe(data);
     }
 
+    /// Whether the shutdown's cut has come (registering the wait on it).
+    fn poll_cut(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(cut) = &self.cut else {
+            return false;
+        };
+        let wait = self
+            .cut_wait
+            .get_or_insert_with(|| Box::pin(cut.clone().cancelled_owned()));
+        wait.as_mut().poll(cx).is_ready()
+    }
+
     /// The replica sent nothing this poll: arms the first-token or idle timer (created on
     /// the first wait only), and ends the stream at a shutdown's cut or when the timer has
-    /// run out.
-    fn poll_wait(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, StreamError>>> {
+    /// run out (a break, which a resumable stream may survive).
+    fn poll_wait(&mut self, cx: &mut Context<'_>) -> Step {
         let limit = if self.hold.first_byte_seen() {
             self.idle
         } else {
@@ -219,14 +252,9 @@ impl<B> GuardedBody<B> {
                 None => self.idle_timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
             }
         }
-        if let Some(cut) = &self.cut {
-            let wait = self
-                .cut_wait
-                .get_or_insert_with(|| Box::pin(cut.clone().cancelled_owned()));
-            if wait.as_mut().poll(cx).is_ready() {
-                let pod = self.pod();
-                return self.fail(StreamError::Cut { pod });
-            }
+        if self.poll_cut(cx) {
+            let pod = self.pod();
+            return Some(self.fail(StreamError::Cut { pod }));
         }
         if let Some(timer) = self.idle_timer.as_mut()
             && timer.as_mut().poll(cx).is_ready()
@@ -243,9 +271,127 @@ impl<B> GuardedBody<B> {
                     wait_ms: limit.as_millis(),
                 }
             };
-            return self.fail(error);
+            return self.broke(error);
         }
-        Poll::Pending
+        Some(Poll::Pending)
+    }
+
+    /// The upstream failed mid-answer: a resumable stream sends a continuation (`None`:
+    /// carry on polling), any other ends with the failure.
+    fn broke(&mut self, error: StreamError) -> Step {
+        let Some(resume) = self.resume.as_mut() else {
+            return Some(self.fail(error));
+        };
+        let pod = self.hold.pod();
+        match resume.start(&pod) {
+            Ok(()) => {
+                tracing::warn!(%error, "response stream broke; resuming on another replica");
+                self.hold.leave_replica();
+                self.phase = Phase::Resuming {
+                    pod,
+                    cause: error.to_string(),
+                };
+                None
+            }
+            Err(Refusal::NotResumable) => Some(self.fail(error)),
+            Err(Refusal::Exhausted { max }) => Some(self.fail(StreamError::Resume {
+                pod,
+                cause: error.to_string(),
+                reason: format!("the request's {max} resumes are used up"),
+            })),
+        }
+    }
+
+    /// Waits for the continuation: its upstream is swapped in (`None`: stream it), or the
+    /// stream ends with why the resume failed.
+    fn poll_resuming(&mut self, cx: &mut Context<'_>) -> Step {
+        let Phase::Resuming { pod, cause } = &self.phase else {
+            return None;
+        };
+        let (pod, cause) = (pod.clone(), cause.clone());
+        if self.poll_cut(cx) {
+            return Some(self.fail(StreamError::Cut { pod }));
+        }
+        let resume = self.resume.as_mut()?;
+        match resume.poll_resumed(cx) {
+            Poll::Pending => Some(Poll::Pending),
+            Poll::Ready(Ok(resumed)) => {
+                self.inner = resumed.body;
+                let picked = resumed.picked;
+                self.hold
+                    .take_over(picked.guard, picked.ticket, picked.metrics, resumed.sent_at);
+                self.phase = Phase::Streaming;
+                self.timer_armed = false;
+                None
+            }
+            Poll::Ready(Err(reason)) => Some(self.fail(StreamError::Resume { pod, cause, reason })),
+        }
+    }
+
+    /// A data frame as the client gets it: a resumable stream's whole events (`None`: none
+    /// complete yet).
+    fn through_resume(&mut self, frame: Frame<Bytes>) -> Option<Frame<Bytes>> {
+        let Some(resume) = self.resume.as_mut() else {
+            return Some(frame);
+        };
+        match frame.into_data() {
+            Ok(data) => {
+                let events = resume.pass(&data);
+                (!events.is_empty()).then(|| Frame::data(events))
+            }
+            Err(frame) => Some(frame),
+        }
+    }
+
+    /// The upstream ended: the request is complete (a resumable stream's unended tail, if
+    /// any, still to send).
+    fn ended(&mut self) -> Poll<Option<Result<Frame<Bytes>, StreamError>>> {
+        self.hold.finish(true);
+        let rest = self.resume.as_mut().map(|resume| resume.flush());
+        match rest {
+            Some(rest) if !rest.is_empty() => {
+                self.phase = Phase::Tail(VecDeque::from([rest]));
+                self.next_tail_frame()
+            }
+            _ => {
+                self.phase = Phase::Done;
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    /// One poll of the upstream body.
+    fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Step
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display,
+    {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                self.timer_armed = false;
+                let frame = self.through_resume(frame)?;
+                if let Some(data) = frame.data_ref() {
+                    self.observe_data(data);
+                }
+                // A body of known length (a plain JSON answer) is whole with its last frame,
+                // and the server, seeing its size hint met, drops it without polling for the
+                // end: the request ends here, with its usage, or it would only be dropped.
+                if self.inner.is_end_stream() {
+                    self.hold.finish(true);
+                    self.phase = Phase::Done;
+                }
+                Some(Poll::Ready(Some(Ok(frame))))
+            }
+            Poll::Ready(Some(Err(error))) => {
+                let pod = self.pod();
+                self.broke(StreamError::Upstream {
+                    pod,
+                    reason: error.to_string(),
+                })
+            }
+            Poll::Ready(None) => Some(self.ended()),
+            Poll::Pending => self.poll_wait(cx),
+        }
     }
 }
 
@@ -262,48 +408,29 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
-        match this.phase {
-            Phase::Done => return Poll::Ready(None),
-            Phase::Tail(_) => return this.next_tail_frame(),
-            Phase::Streaming => {}
-        }
-        // A stream that never waits (tokens back to back) still ends at the cut.
-        if this
-            .cut
-            .as_ref()
-            .is_some_and(CancellationToken::is_cancelled)
-        {
-            let pod = this.pod();
-            return this.fail(StreamError::Cut { pod });
-        }
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                this.timer_armed = false;
-                if let Some(data) = frame.data_ref() {
-                    this.observe_data(data);
+        // Each turn either answers or moves on: a frame with no whole event yet, a
+        // continuation started, or one that answered.
+        loop {
+            let step = match this.phase {
+                Phase::Done => return Poll::Ready(None),
+                Phase::Tail(_) => return this.next_tail_frame(),
+                Phase::Resuming { .. } => this.poll_resuming(cx),
+                Phase::Streaming => {
+                    // A stream that never waits (tokens back to back) still ends at the cut.
+                    if this
+                        .cut
+                        .as_ref()
+                        .is_some_and(CancellationToken::is_cancelled)
+                    {
+                        let pod = this.pod();
+                        return this.fail(StreamError::Cut { pod });
+                    }
+                    this.poll_upstream(cx)
                 }
-                // A body of known length (a plain JSON answer) is whole with its last frame,
-                // and the server, seeing its size hint met, drops it without polling for the
-                // end: the request ends here, with its usage, or it would only be dropped.
-                if this.inner.is_end_stream() {
-                    this.hold.finish(true);
-                    this.phase = Phase::Done;
-                }
-                Poll::Ready(Some(Ok(frame)))
+            };
+            if let Some(poll) = step {
+                return poll;
             }
-            Poll::Ready(Some(Err(error))) => {
-                let pod = this.pod();
-                this.fail(StreamError::Upstream {
-                    pod,
-                    reason: error.to_string(),
-                })
-            }
-            Poll::Ready(None) => {
-                this.hold.finish(true);
-                this.phase = Phase::Done;
-                Poll::Ready(None)
-            }
-            Poll::Pending => this.poll_wait(cx),
         }
     }
 
