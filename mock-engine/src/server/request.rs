@@ -16,6 +16,7 @@
 use serde_json::{Map, Value};
 
 use super::api_error::ApiError;
+use crate::chat_template::Ending;
 
 /// Which OpenAI endpoint a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,11 +136,35 @@ fn chat_prompt(fields: &Map<String, Value>) -> Result<String, ApiError> {
         };
         rendered.push((role, message_content(i, message.get("content"))?));
     }
-    Ok(crate::chat_template::render(
+    let ending = chat_ending(fields, rendered.last().map(|(role, _)| *role))?;
+    Ok(crate::chat_template::render_ending(
         rendered
             .iter()
             .map(|(role, content)| (*role, content.as_str())),
+        ending,
     ))
+}
+
+/// How the chat template ends the prompt: vLLM's `add_generation_prompt` (default true) and
+/// `continue_final_message` (default false), refused together as vLLM refuses them, and the
+/// latter only with a final assistant message to continue.
+fn chat_ending(
+    fields: &Map<String, Value>,
+    last_role: Option<&str>,
+) -> Result<Ending, ApiError> {
+    let generation_prompt = optional_bool(fields, "add_generation_prompt")?.unwrap_or(true);
+    let continue_final = optional_bool(fields, "continue_final_message")?.unwrap_or(false);
+    match (continue_final, generation_prompt) {
+        (true, true) => Err(ApiError::bad_request(
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+        )),
+        (true, false) if last_role != Some("assistant") => Err(ApiError::bad_request(
+            "`continue_final_message` needs the final message to be an assistant message.",
+        )),
+        (true, false) => Ok(Ending::ContinueFinal),
+        (false, true) => Ok(Ending::GenerationPrompt),
+        (false, false) => Ok(Ending::Closed),
+    }
 }
 
 /// A message's content: a string, null, or an array of `{"type":"text","text":…}` parts
@@ -476,6 +501,28 @@ mod tests {
                 err.message
             );
         }
+    }
+
+    #[test]
+    fn chat_continues_a_final_assistant_message_as_vllm_does() {
+        let continued = chat(
+            r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"the"}],
+                "continue_final_message":true,"add_generation_prompt":false}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            continued.prompt,
+            PromptInput::Text("<|user|> hi <|assistant|> the".into())
+        );
+        let both = chat(
+            r#"{"messages":[{"role":"assistant","content":"x"}],"continue_final_message":true}"#,
+        );
+        assert_eq!(both.unwrap_err().status.as_u16(), 400);
+        let not_assistant = chat(
+            r#"{"messages":[{"role":"user","content":"x"}],"continue_final_message":true,
+                "add_generation_prompt":false}"#,
+        );
+        assert_eq!(not_assistant.unwrap_err().status.as_u16(), 400);
     }
 
     #[test]

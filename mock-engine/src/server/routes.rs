@@ -223,10 +223,9 @@ fn tokenize_body(replica: &Replica, body: &[u8]) -> Result<Vec<u32>, ApiError> {
         _ => {}
     }
     // vLLM's tokenize flags: the mock's tokenizer has no special tokens, so
-    // `add_special_tokens` changes nothing; `add_generation_prompt: false` leaves the chat
-    // template's trailing assistant marker out.
+    // `add_special_tokens` changes nothing; the chat template's `add_generation_prompt` and
+    // `continue_final_message` are read by the generation parser, as for a chat request.
     let _add_special_tokens = tokenize_flag(&fields, "add_special_tokens")?;
-    let add_generation_prompt = tokenize_flag(&fields, "add_generation_prompt")?.unwrap_or(true);
     let endpoint = if fields.contains_key("messages") {
         Endpoint::Chat
     } else {
@@ -235,19 +234,11 @@ fn tokenize_body(replica: &Replica, body: &[u8]) -> Result<Vec<u32>, ApiError> {
     let bytes = serde_json::to_vec(&fields)
         .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}")))?;
     let params = parse_generation(endpoint, &bytes)?;
-    let mut tokens = match params.prompt {
+    Ok(match params.prompt {
         PromptInput::Text(text) => tokenizer::encode(&text),
         PromptInput::Tokens(ids) => ids,
-    };
-    if endpoint == Endpoint::Chat && !add_generation_prompt {
-        // The template always ends with this marker as a word of its own.
-        tokens.truncate(tokens.len() - tokenizer::count(GENERATION_PROMPT).min(tokens.len()));
-    }
-    Ok(tokens)
+    })
 }
-
-/// The chat template's assistant marker (see `request.rs`).
-const GENERATION_PROMPT: &str = "<|assistant|>";
 
 fn tokenize_flag(
     fields: &serde_json::Map<String, Value>,
