@@ -77,6 +77,9 @@ mod tests {
             crate::tokenizer::count(&first) + 2,
             "the original prompt plus the answer so far"
         );
-        assert_eq!(render_ending([("user", "hi")], Ending::Closed), "<|user|> hi ");
+        assert_eq!(
+            render_ending([("user", "hi")], Ending::Closed),
+            "<|user|> hi "
+        );
     }
 }

@@ -148,10 +148,7 @@ fn chat_prompt(fields: &Map<String, Value>) -> Result<String, ApiError> {
 /// How the chat template ends the prompt: vLLM's `add_generation_prompt` (default true) and
 /// `continue_final_message` (default false), refused together as vLLM refuses them, and the
 /// latter only with a final assistant message to continue.
-fn chat_ending(
-    fields: &Map<String, Value>,
-    last_role: Option<&str>,
-) -> Result<Ending, ApiError> {
+fn chat_ending(fields: &Map<String, Value>, last_role: Option<&str>) -> Result<Ending, ApiError> {
     let generation_prompt = optional_bool(fields, "add_generation_prompt")?.unwrap_or(true);
     let continue_final = optional_bool(fields, "continue_final_message")?.unwrap_or(false);
     match (continue_final, generation_prompt) {
