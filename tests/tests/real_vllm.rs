@@ -19,4 +19,5 @@ mod real_vllm {
     mod fixtures;
     mod kv_events;
     mod passthrough;
+    mod resume;
 }

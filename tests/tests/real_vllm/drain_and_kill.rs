@@ -178,17 +178,17 @@ async fn a_replica_stopped_with_sigterm_cuts_its_stream_cleanly_and_new_requests
 /// A replica of the test's own (started like the fleet's, so it can be stopped) serving a long
 /// stream through a gateway that had only it, with the fleet's first replica added once the
 /// stream is under way: the one the traffic must move to when the own replica goes.
-struct Leaving {
-    replica: OwnReplica,
-    gateway: Gateway,
-    client: Client,
-    stream: Stream,
+pub(super) struct Leaving {
+    pub(super) replica: OwnReplica,
+    pub(super) gateway: Gateway,
+    pub(super) client: Client,
+    pub(super) stream: Stream,
 }
 
 impl Leaving {
     /// `case` names the replica, the gateway and the prompt family; `extra` is TOML appended
     /// to the gateway's configuration.
-    async fn start(fleet: &Fleet, case: &str, extra: &str) -> Leaving {
+    pub(super) async fn start(fleet: &Fleet, case: &str, extra: &str) -> Leaving {
         let replica = OwnReplica::start(fleet, &format!("vllm-{case}")).await;
         let gateway = Gateway::start(fleet, case, &[&replica.backend], extra).await;
         let client = Client::new();
