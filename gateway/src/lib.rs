@@ -21,7 +21,8 @@
 //! gateway are public; the parts are the crate's own.
 //!
 //! Leaves beside them: [`state`] (what the handlers share), [`upstream`] (the pooled client
-//! to the replicas), [`clock`] (the index's time base), [`metrics`] (what happened).
+//! to the replicas), [`clock`] (the index's time base), [`metrics`] (what happened),
+//! [`telemetry`] (OpenTelemetry traces; public so the binary can install its layer).
 
 pub(crate) mod admit;
 pub(crate) mod clock;
@@ -34,6 +35,7 @@ pub(crate) mod metrics;
 pub(crate) mod replicas;
 pub(crate) mod request;
 pub(crate) mod state;
+pub mod telemetry;
 pub(crate) mod upstream;
 
 pub use admit::Admission;

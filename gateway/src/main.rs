@@ -58,11 +58,27 @@ fn log_filter(setting: Option<&str>) -> tracing_subscriber::EnvFilter {
 
 #[tokio::main]
 async fn serve(config: GatewayConfig) -> anyhow::Result<()> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{Layer as _, filter};
     // Logs go to stderr, coloured only on a terminal, so redirected logs stay plain text.
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(log_filter(config.log_level.as_deref()))
+        .with_filter(log_filter(config.log_level.as_deref()));
+    // Traces take the gateway's own spans and events whatever the log level says (the
+    // first byte is a debug event: in every trace, in no log at `info`).
+    let traced = gateway::telemetry::otel_layer(&config.tracing)?;
+    let (traces, telemetry) = match traced {
+        Some((layer, telemetry)) => (Some(layer), Some(telemetry)),
+        None => (None, None),
+    };
+    let traces = traces.map(|layer| {
+        layer.with_filter(filter::Targets::new().with_target("gateway", tracing::Level::DEBUG))
+    });
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(traces)
         .init();
     let grace = config.shutdown_grace();
     let mut signals =
@@ -86,6 +102,10 @@ async fn serve(config: GatewayConfig) -> anyhow::Result<()> {
     );
     if !handle.shutdown().await {
         tracing::warn!("some responses were cut at the end of the grace period");
+    }
+    if let Some(telemetry) = telemetry {
+        // The flush blocks on the exporter, which runs on this runtime: off its workers.
+        let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     }
     Ok(())
 }

@@ -37,6 +37,7 @@ pub use crate::replicas::admin::AdminConfig;
 pub use crate::replicas::discovery::{DiscoveryConfig, DiscoveryKind};
 pub use crate::replicas::static_::BackendConfig;
 pub use crate::request::resume::config::ResumeConfig;
+pub use crate::telemetry::TracingConfig;
 
 /// Everything a gateway needs to start.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
@@ -80,6 +81,8 @@ pub struct GatewayConfig {
     pub ext_proc: ExtProcConfig,
     /// Resume: a stream whose replica fails mid-answer is carried on on another replica.
     pub resume: ResumeConfig,
+    /// OpenTelemetry traces over OTLP.
+    pub tracing: TracingConfig,
     /// How many times faster than wall time the replicas' time runs, as the router reads it:
     /// 1 for real engines; N for simulated replicas run with `--time-scale N` (mock-engine,
     /// `loadgen matrix --local`), so that the router's times (time to first token, the TTFT
@@ -111,6 +114,7 @@ impl Default for GatewayConfig {
             cluster: ClusterConfig::default(),
             ext_proc: ExtProcConfig::default(),
             resume: ResumeConfig::default(),
+            tracing: TracingConfig::default(),
             replica_time_scale: 1.0,
         }
     }

@@ -26,6 +26,8 @@ use crate::request::release::{Completion, GuardedBody};
 use crate::request::resume::reconnect::Reconnector;
 use crate::request::resume::{self, Resume};
 use crate::state::AppState;
+use crate::telemetry::{propagation, span};
+use tracing::Instrument;
 
 /// Serves one chat, completion or embedding request.
 pub async fn inference(
@@ -35,8 +37,13 @@ pub async fn inference(
 ) -> Response {
     let (parts, body) = request.into_parts();
     let request_id = headers::request_id(&parts.headers);
+    let span = span::request(parts.uri.path(), request_id.to_str().unwrap_or_default());
+    propagation::continue_client_trace(&span, &parts.headers);
     let mut model = String::new();
-    match serve(&state, endpoint, parts, body, &request_id, &mut model).await {
+    let served = serve(&state, endpoint, parts, body, &request_id, &mut model)
+        .instrument(span)
+        .await;
+    match served {
         Ok(response) => response,
         Err(error) => {
             tracing::debug!(%error, request_id = ?request_id, "request refused");
@@ -83,6 +90,7 @@ async fn serve(
             prepared.strategy,
             endpoint,
             outgoing.clone(),
+            tracing::Span::current(),
         );
         Resume::new(
             plan,
@@ -185,6 +193,7 @@ fn respond(
     .with_ticket(picked.ticket)
     .with_token_hold(tokens)
     .with_cut(state.cut.clone())
+    .with_span(tracing::Span::current())
     // Only a stream that began well is carried on; an error answer passes as it is.
     .with_resume(resume.filter(|_| sse && upstream.status.is_success()));
     let mut response = Response::new(Body::new(body));

@@ -37,7 +37,9 @@ use crate::request::error::GatewayError;
 use crate::request::headers;
 use crate::request::pick::{Picked, pick};
 use crate::state::AppState;
+use crate::telemetry::{propagation, span};
 use crate::upstream::describe;
+use tracing::Instrument;
 
 /// A response whose headers arrived, with the pick it came from.
 #[derive(Debug)]
@@ -147,8 +149,15 @@ pub async fn forward(
         let replica = Arc::clone(&picked.replica);
         // Borrowed, not copied: the name is only needed when the attempt fails.
         let pod = replica.name();
-        let headers = outgoing.headers_for(attempt == max_attempts);
-        match send(state, &picked.replica, &outgoing, headers).await {
+        span::record_decision(&picked.decision);
+        let attempt_span = span::attempt(pod, attempt);
+        let mut headers = outgoing.headers_for(attempt == max_attempts);
+        propagation::inject(&attempt_span, &mut headers);
+        let sent = send(state, &picked.replica, &outgoing, headers)
+            .instrument(attempt_span.clone())
+            .await;
+        record_outcome(&attempt_span, &sent);
+        match sent {
             Ok(response) if is_retryable_status(response.status()) => {
                 note_failure(
                     &mut failures,
@@ -191,6 +200,16 @@ pub async fn forward(
         attempts: u32::try_from(tried.len()).unwrap_or(u32::MAX),
         failures,
     })
+}
+
+/// Notes how an attempt ended on its span: the status, or why it failed.
+fn record_outcome(span: &tracing::Span, sent: &Result<Response<Incoming>, AttemptError>) {
+    match sent {
+        Ok(response) => span.record("outcome", response.status().as_u16()),
+        Err(AttemptError::Retryable { reason, .. }) => span.record("outcome", reason.as_str()),
+        Err(AttemptError::Timeout) => span.record("outcome", "first_byte_timeout"),
+        Err(AttemptError::Cut) => span.record("outcome", "shutdown"),
+    };
 }
 
 /// The 504 of a replica that sent no response headers within the first-byte timeout.

@@ -112,6 +112,8 @@ pub struct GuardedBody<B> {
     at_event_boundary: bool,
     /// For a resumable stream: its transcript and the continuation machinery.
     resume: Option<Box<Resume<B>>>,
+    /// The request's span: the first byte and a resume are its events.
+    span: tracing::Span,
 }
 
 impl<B> GuardedBody<B> {
@@ -135,7 +137,14 @@ impl<B> GuardedBody<B> {
             cut_wait: None,
             at_event_boundary: true,
             resume: None,
+            span: tracing::Span::none(),
         }
+    }
+
+    /// Records the first byte and a resume as events of `span` (the request's).
+    pub fn with_span(mut self, span: tracing::Span) -> Self {
+        self.span = span;
+        self
     }
 
     /// Carries the stream on on another replica when its upstream breaks mid-answer.
@@ -220,6 +229,9 @@ impl<B> GuardedBody<B> {
     fn observe_data(&mut self, data: &Bytes) {
         if !data.is_empty() {
             self.at_event_boundary = data.ends_with(b"\n\n");
+        }
+        if !self.hold.first_byte_seen() {
+            tracing::debug!(parent: &self.span, pod = %self.hold.pod(), "first_byte");
         }
         self.hold.observe(data);
     }
@@ -318,6 +330,12 @@ impl<B> GuardedBody<B> {
             Poll::Ready(Ok(resumed)) => {
                 self.inner = resumed.body;
                 let picked = resumed.picked;
+                tracing::info!(
+                    parent: &self.span,
+                    failed_pod = %pod,
+                    pod = picked.replica.name(),
+                    "resumed"
+                );
                 self.hold
                     .take_over(picked.guard, picked.ticket, picked.metrics, resumed.sent_at);
                 self.phase = Phase::Streaming;

@@ -15,6 +15,8 @@ use crate::request::parse;
 use crate::request::proxy::{self, Outgoing};
 use crate::request::resume::{Reconnect, Reconnecting, Resumed};
 use crate::state::AppState;
+use crate::telemetry::span;
+use tracing::Instrument;
 
 /// What a continuation of one request is sent with.
 #[derive(Debug)]
@@ -26,6 +28,8 @@ pub struct Reconnector {
     outgoing: Outgoing,
     /// The replicas that failed this request's stream, in order.
     failed: Vec<String>,
+    /// The request's span, each continuation's parent.
+    span: tracing::Span,
 }
 
 impl Reconnector {
@@ -34,6 +38,7 @@ impl Reconnector {
         strategy: Strategy,
         endpoint: Endpoint,
         outgoing: Outgoing,
+        span: tracing::Span,
     ) -> Self {
         Reconnector {
             state,
@@ -41,6 +46,7 @@ impl Reconnector {
             endpoint,
             outgoing,
             failed: Vec::new(),
+            span,
         }
     }
 }
@@ -52,7 +58,8 @@ impl Reconnect<Incoming> for Reconnector {
         let (strategy, endpoint) = (self.strategy, self.endpoint);
         let outgoing = self.outgoing.with_body(body.clone());
         let avoid = self.failed.clone();
-        Box::pin(async move {
+        let span = span::resume(&self.span, failed_pod);
+        let continuation = async move {
             let fields = parse::fields(endpoint, &body, Text::Build).map_err(|e| e.to_string())?;
             let forwarded = proxy::forward(&state, strategy, &fields, None, outgoing, &avoid)
                 .await
@@ -79,6 +86,7 @@ impl Reconnect<Incoming> for Reconnector {
                 picked: forwarded.picked,
                 sent_at: forwarded.sent_at,
             })
-        })
+        };
+        Box::pin(continuation.instrument(span))
     }
 }
