@@ -6,6 +6,11 @@
 //! under the client's span: `inference` (with the routing decision) its child,
 //! `upstream_attempt` the inference span's.
 
+#![expect(
+    clippy::unwrap_used,
+    reason = "the receiver and helpers run only in tests: a panic is a failed assertion"
+)]
+
 mod support;
 
 use std::sync::{Arc, Mutex};

@@ -127,7 +127,7 @@ pub async fn forward(
     // answer through says more than a gateway error would.
     let mut refused: Option<Forwarded> = None;
     for attempt in 1..=max_attempts {
-        let picked = pick(
+        let next = pick_next(
             state,
             strategy,
             fields,
@@ -136,28 +136,13 @@ pub async fn forward(
             &tried,
             avoid,
         );
-        let mut picked = match picked {
-            Ok(picked) => picked,
-            // Every replica was tried: the failure is theirs, not a lack of replicas.
-            Err(GatewayError::NoReadyReplica(_)) if !tried.is_empty() => break,
-            Err(error) => return Err(error),
-        };
-        if let Some(failed) = tried.last() {
-            failed.metrics(&state.metrics).record_retry();
-        }
+        let Some(mut picked) = next? else { break };
         let sent_at = Instant::now();
         let replica = Arc::clone(&picked.replica);
         // Borrowed, not copied: the name is only needed when the attempt fails.
         let pod = replica.name();
-        span::record_decision(&picked.decision);
-        let attempt_span = span::attempt(pod, attempt);
-        let mut headers = outgoing.headers_for(attempt == max_attempts);
-        propagation::inject(&attempt_span, &mut headers);
-        let sent = send(state, &picked.replica, &outgoing, headers)
-            .instrument(attempt_span.clone())
-            .await;
-        record_outcome(&attempt_span, &sent);
-        match sent {
+        let headers = outgoing.headers_for(attempt == max_attempts);
+        match traced_send(state, &picked, &outgoing, headers, attempt).await {
             Ok(response) if is_retryable_status(response.status()) => {
                 note_failure(
                     &mut failures,
@@ -200,6 +185,47 @@ pub async fn forward(
         attempts: u32::try_from(tried.len()).unwrap_or(u32::MAX),
         failures,
     })
+}
+
+/// The next attempt's replica; `None` when every replica was tried (the failure is theirs,
+/// not a lack of replicas). A retry is counted against the replica that failed the last.
+fn pick_next(
+    state: &AppState,
+    strategy: Strategy,
+    fields: &RoutingFields,
+    tokens: Option<&[u8]>,
+    hashes: Option<Vec<u64>>,
+    tried: &[Arc<Replica>],
+    avoid: &[String],
+) -> Result<Option<Picked>, GatewayError> {
+    let picked = match pick(state, strategy, fields, tokens, hashes, tried, avoid) {
+        Ok(picked) => picked,
+        Err(GatewayError::NoReadyReplica(_)) if !tried.is_empty() => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    if let Some(failed) = tried.last() {
+        failed.metrics(&state.metrics).record_retry();
+    }
+    Ok(Some(picked))
+}
+
+/// One attempt in its own span: the decision recorded on the request's span, the attempt's
+/// trace context sent upstream, its outcome noted.
+async fn traced_send(
+    state: &AppState,
+    picked: &Picked,
+    outgoing: &Outgoing,
+    mut headers: HeaderMap,
+    attempt: u32,
+) -> Result<Response<Incoming>, AttemptError> {
+    span::record_decision(&picked.decision);
+    let attempt_span = span::attempt(picked.replica.name(), attempt);
+    propagation::inject(&attempt_span, &mut headers);
+    let sent = send(state, &picked.replica, outgoing, headers)
+        .instrument(attempt_span.clone())
+        .await;
+    record_outcome(&attempt_span, &sent);
+    sent
 }
 
 /// Notes how an attempt ended on its span: the status, or why it failed.

@@ -49,18 +49,16 @@ impl Telemetry {
     }
 }
 
+/// The `tracing` layer that turns spans into OpenTelemetry spans.
+pub type OtelLayer<S> =
+    tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry_sdk::trace::Tracer>;
+
 /// With `tracing.enabled`, the layer that exports spans over OTLP and the pipeline behind
 /// it; `None` when tracing is off. Must run inside the Tokio runtime (the gRPC channel lives
 /// on it).
 pub fn otel_layer<S>(
     config: &TracingConfig,
-) -> Result<
-    Option<(
-        tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry_sdk::trace::Tracer>,
-        Telemetry,
-    )>,
-    TelemetryError,
->
+) -> Result<Option<(OtelLayer<S>, Telemetry)>, TelemetryError>
 where
     S: tracing::Subscriber + for<'span> LookupSpan<'span>,
 {

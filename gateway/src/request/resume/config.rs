@@ -6,7 +6,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ConfigFileError, invalid};
+use crate::config::error::{ConfigFileError, invalid};
 
 /// Carrying a streamed answer on on another replica when its replica fails mid-answer.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
