@@ -88,7 +88,10 @@ enum Phase {
 /// The client's response body: the upstream body plus the request's outstanding guard.
 #[derive(Debug)]
 pub struct GuardedBody<B> {
-    inner: B,
+    /// The upstream body; `None` while a resume waits for its continuation (the broken
+    /// upstream is dropped at the break, which cancels the request on a replica that only went
+    /// silent).
+    inner: Option<B>,
     /// The pod's guard, the admission permit and the token charge, until the body ends.
     hold: RequestHold,
     phase: Phase,
@@ -125,7 +128,7 @@ impl<B> GuardedBody<B> {
         completion: Completion,
     ) -> Self {
         GuardedBody {
-            inner,
+            inner: Some(inner),
             hold: RequestHold::new(guard, completion),
             phase: Phase::Streaming,
             sse,
@@ -299,6 +302,7 @@ impl<B> GuardedBody<B> {
             Ok(()) => {
                 tracing::warn!(%error, "response stream broke; resuming on another replica");
                 self.hold.leave_replica();
+                self.inner = None;
                 self.phase = Phase::Resuming {
                     pod,
                     cause: error.to_string(),
@@ -328,7 +332,7 @@ impl<B> GuardedBody<B> {
         match resume.poll_resumed(cx) {
             Poll::Pending => Some(Poll::Pending),
             Poll::Ready(Ok(resumed)) => {
-                self.inner = resumed.body;
+                self.inner = Some(resumed.body);
                 let picked = resumed.picked;
                 tracing::info!(
                     parent: &self.span,
@@ -384,7 +388,10 @@ impl<B> GuardedBody<B> {
         B: Body<Data = Bytes> + Unpin,
         B::Error: std::fmt::Display,
     {
-        match Pin::new(&mut self.inner).poll_frame(cx) {
+        let Some(inner) = self.inner.as_mut() else {
+            return Some(self.ended());
+        };
+        match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 self.timer_armed = false;
                 let frame = self.through_resume(frame)?;
@@ -394,7 +401,7 @@ impl<B> GuardedBody<B> {
                 // A body of known length (a plain JSON answer) is whole with its last frame,
                 // and the server, seeing its size hint met, drops it without polling for the
                 // end: the request ends here, with its usage, or it would only be dropped.
-                if self.inner.is_end_stream() {
+                if self.inner.as_ref().is_none_or(Body::is_end_stream) {
                     self.hold.finish(true);
                     self.phase = Phase::Done;
                 }
@@ -461,7 +468,7 @@ where
         if self.sse || !matches!(self.phase, Phase::Streaming) {
             SizeHint::default()
         } else {
-            self.inner.size_hint()
+            self.inner.as_ref().map(Body::size_hint).unwrap_or_default()
         }
     }
 }

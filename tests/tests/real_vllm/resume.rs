@@ -37,16 +37,23 @@ async fn a_replica_killed_mid_stream_is_resumed_on_the_other_to_the_last_token()
         .filter(|e| e["choices"][0]["delta"]["role"].is_string())
         .count();
     assert_eq!(roles, 1, "one role chunk");
-    // vLLM sends one chunk per token (an empty one for a token that ends inside a UTF-8
-    // character), so the content chunks are the answer's tokens.
-    let tokens = events
+    // Content chunks are not tokens on vLLM 0.32: it holds a token that ends inside a UTF-8
+    // character back and may put several tokens in one chunk (the first run of this test:
+    // 1067 chunks for the 1500 tokens its usage counted), so the chunks are at most the
+    // tokens. The gateway counts chunks to size the continuation, so the answer may run
+    // longer than `max_tokens` by what vLLM merged before the break (docs/GATEWAY.md,
+    // "Resume").
+    let chunks = events
         .iter()
         .filter(|e| {
             let delta = &e["choices"][0]["delta"];
             delta["content"].is_string() && delta["role"].is_null()
         })
         .count();
-    assert_eq!(tokens, prompts::LONG as usize, "every token: {tail:?}");
+    assert!(
+        chunks > 0 && chunks <= prompts::LONG as usize,
+        "{chunks} chunks: {tail:?}"
+    );
     let usages = events.iter().filter(|e| e["usage"].is_object()).count();
     assert_eq!(usages, 1, "one usage block");
     let usage = stream_usage(&text).expect("the usage block");
