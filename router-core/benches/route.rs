@@ -93,7 +93,11 @@ fn candidates_on<'a>(names: &'a [String], loads: &'a [Arc<PodLoad>]) -> Vec<Cand
     names
         .iter()
         .zip(loads)
-        .map(|(name, load)| Candidate { name, load })
+        .map(|(name, load)| Candidate {
+            name,
+            address: name,
+            load,
+        })
         .collect()
 }
 
@@ -117,6 +121,7 @@ fn decision(c: &mut Criterion) {
             model: MODEL,
             text: &text,
             tokens: None,
+            session: Default::default(),
         };
         for (router, strategy, label, candidates) in [
             (

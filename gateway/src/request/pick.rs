@@ -91,6 +91,7 @@ pub fn pick_among(
         model: &fields.model,
         text: &fields.text,
         tokens,
+        session: Default::default(),
     };
     let started = Instant::now();
     let routed = state.router.route_with_hashes(
@@ -156,6 +157,7 @@ fn candidates<'s>(
         if replica.is_ready() && eligible(replica) {
             candidates.push(Candidate {
                 name: replica.name(),
+                address: replica.authority(),
                 load: replica.load(),
             });
         }
