@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use http::HeaderMap;
 use router_core::text::{Endpoint, RoutingFields};
-use router_core::{Candidate, Decision, InFlight, RouteError, RouteRequest, Strategy};
+use router_core::{Candidate, Decision, InFlight, RouteError, RouteRequest, Session, Strategy};
 
 use crate::cluster::SharedTicket;
 use crate::metrics::PodMetrics;
@@ -62,17 +62,19 @@ pub fn strategy(
 /// (those already tried for this request). `tokens`, with KV-event sync, is the prompt as
 /// the engine tokenized it (4-byte big-endian ids), hashed instead of the text. `hashes`,
 /// on a retry, are the prompt's block hashes from the failed attempt's decision, routed
-/// with instead of hashing the prompt again.
+/// with instead of hashing the prompt again. `session` is the session the request names
+/// (its `x-session-id` and `x-aibrix-session-key`).
 pub fn pick(
     state: &AppState,
     strategy: Strategy,
     fields: &RoutingFields,
     tokens: Option<&[u8]>,
     hashes: Option<Vec<u64>>,
+    session: Session<'_>,
     exclude: &[Arc<Replica>],
 ) -> Result<Picked, GatewayError> {
     let untried = |replica: &Arc<Replica>| !exclude.iter().any(|x| Arc::ptr_eq(x, replica));
-    pick_among(state, strategy, fields, tokens, hashes, &untried)
+    pick_among(state, strategy, fields, tokens, hashes, session, &untried)
 }
 
 /// [`pick`] among the ready replicas of the model that `eligible` keeps (the subset an
@@ -83,6 +85,7 @@ pub fn pick_among(
     fields: &RoutingFields,
     tokens: Option<&[u8]>,
     hashes: Option<Vec<u64>>,
+    session: Session<'_>,
     eligible: &dyn Fn(&Arc<Replica>) -> bool,
 ) -> Result<Picked, GatewayError> {
     let snapshot = state.replicas.snapshot();
@@ -91,7 +94,7 @@ pub fn pick_among(
         model: &fields.model,
         text: &fields.text,
         tokens,
-        session: Default::default(),
+        session,
     };
     let started = Instant::now();
     let routed = state.router.route_with_hashes(
@@ -209,6 +212,7 @@ mod tests {
                 &fields("m"),
                 None,
                 None,
+                Session::default(),
                 &[],
             )
             .unwrap();
@@ -224,16 +228,35 @@ mod tests {
             &fields("m"),
             None,
             None,
+            Session::default(),
             std::slice::from_ref(&a),
         )
         .unwrap();
         assert_eq!(only_b.replica.name(), "b");
-        let error = pick(&state, Strategy::Random, &fields("m"), None, None, &[a, b]).unwrap_err();
+        let error = pick(
+            &state,
+            Strategy::Random,
+            &fields("m"),
+            None,
+            None,
+            Session::default(),
+            &[a, b],
+        )
+        .unwrap_err();
         assert!(
             matches!(error, GatewayError::NoReadyReplica(_)),
             "{error:?}"
         );
-        let error = pick(&state, Strategy::Random, &fields("y"), None, None, &[]).unwrap_err();
+        let error = pick(
+            &state,
+            Strategy::Random,
+            &fields("y"),
+            None,
+            None,
+            Session::default(),
+            &[],
+        )
+        .unwrap_err();
         assert!(matches!(error, GatewayError::UnknownModel(_)), "{error:?}");
     }
 
@@ -244,7 +267,16 @@ mod tests {
         let cold = Arc::new(Replica::new("cold", "127.0.0.1:1", vec![]));
         cold.report_failure(1);
         let state = state(vec![Arc::clone(&cold)]);
-        let error = pick(&state, Strategy::Random, &fields("m"), None, None, &[]).unwrap_err();
+        let error = pick(
+            &state,
+            Strategy::Random,
+            &fields("m"),
+            None,
+            None,
+            Session::default(),
+            &[],
+        )
+        .unwrap_err();
         assert!(
             matches!(error, GatewayError::NoReadyReplica(_)),
             "{error:?}"
@@ -253,7 +285,16 @@ mod tests {
         cold.set_models(vec!["m".into()]);
         cold.report_success(1);
         assert!(state.replicas.any_ready());
-        let error = pick(&state, Strategy::Random, &fields("other"), None, None, &[]).unwrap_err();
+        let error = pick(
+            &state,
+            Strategy::Random,
+            &fields("other"),
+            None,
+            None,
+            Session::default(),
+            &[],
+        )
+        .unwrap_err();
         assert!(matches!(error, GatewayError::UnknownModel(_)), "{error:?}");
     }
 

@@ -117,7 +117,16 @@ pub async fn forward(
     // answer through says more than a gateway error would.
     let mut refused: Option<Forwarded> = None;
     for attempt in 1..=max_attempts {
-        let mut picked = match pick(state, strategy, fields, tokens, hashes.take(), &tried) {
+        let session = headers::session(&parts.headers);
+        let mut picked = match pick(
+            state,
+            strategy,
+            fields,
+            tokens,
+            hashes.take(),
+            session,
+            &tried,
+        ) {
             Ok(picked) => picked,
             // Every replica was tried: the failure is theirs, not a lack of replicas.
             Err(GatewayError::NoReadyReplica(_)) if !tried.is_empty() => break,

@@ -1,7 +1,8 @@
 //! `prefix-load`: prefixgate's default policy, a cost model over cache and load.
 //!
 //! For each ready pod it estimates, in prompt blocks of work, what this request would cost
-//! there, and picks the cheapest (uniformly random among exact ties):
+//! there, and picks the cheapest, taking costs within `spread_fraction` of it as equal (then
+//! the fewest requests in flight, then a draw: [`spread`]):
 //!
 //! ```text
 //! cost(pod) = w · uncached(pod)                     this request's prefill there
@@ -51,6 +52,10 @@
 //!   many there will be (Little's law), so a hot prefix is copied nearly at cost and a family
 //!   with few requests left is not. It needs an index that sees every holder (KV-event
 //!   sync): on a blind index a real hit elsewhere looks like a copy and is priced as one.
+//! - A session ([`crate::policy::session_affinity`]): the pod the request's session names
+//!   served its earlier turns, which this one resends, so `uncached` there is at most
+//!   `(1 − session_held_share) × blocks` whatever the index says. Weighed against load like
+//!   any cache: a session stays while its pod has room and moves when it does not.
 //! - A copy in progress is not a hit: the index records a prefix for a pod as soon as a
 //!   request is routed there, but until that request's first byte the pod is still
 //!   prefilling it, and a request sent after it would wait for the copy and slow it down.
