@@ -116,8 +116,8 @@ pub async fn forward(
     // A 502/503 answer kept in case no other replica can be tried: passing the replica's own
     // answer through says more than a gateway error would.
     let mut refused: Option<Forwarded> = None;
+    let session = headers::session(&parts.headers);
     for attempt in 1..=max_attempts {
-        let session = headers::session(&parts.headers);
         let mut picked = match pick(
             state,
             strategy,
@@ -175,14 +175,16 @@ pub async fn forward(
         tracing::debug!(%pod, attempt, %failures, "upstream attempt failed");
         tried.push(replica);
     }
-    if let Some(forwarded) = refused {
-        return Ok(forwarded);
-    }
-    Err(GatewayError::UpstreamUnavailable {
-        model: fields.model.clone(),
+    refused.map_or_else(|| Err(unavailable(&fields.model, &tried, failures)), Ok)
+}
+
+/// The 502 of a request every attempt of which failed (`failures` says how, in order).
+fn unavailable(model: &str, tried: &[Arc<Replica>], failures: String) -> GatewayError {
+    GatewayError::UpstreamUnavailable {
+        model: model.to_owned(),
         attempts: u32::try_from(tried.len()).unwrap_or(u32::MAX),
         failures,
-    })
+    }
 }
 
 /// The 504 of a replica that sent no response headers within the first-byte timeout.

@@ -7,10 +7,9 @@ use rand::rngs::StdRng;
 
 use crate::load::{Candidate, InFlight, PodLoad, RequestWork};
 use crate::policy::Session;
-use crate::policy::session_affinity::session_id;
+use crate::policy::session_affinity::{self, session_id};
 use crate::{RouteRequest, Router, RouterConfig, Strategy};
 
-const ADDRESSES: [&str; 3] = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"];
 /// rendezvous.rs: this key lands on 10.0.0.3:8000 among the three.
 const KEY: &[u8] = b"session-42";
 
@@ -24,15 +23,7 @@ fn router(session_held_share: f64) -> Router {
 }
 
 fn pods(loads: &[Arc<PodLoad>]) -> Vec<Candidate<'_>> {
-    ADDRESSES
-        .iter()
-        .zip(loads)
-        .map(|(&address, load)| Candidate {
-            name: address,
-            address,
-            load,
-        })
-        .collect()
+    session_affinity::tests::pods(&session_affinity::tests::ADDRESSES, loads)
 }
 
 /// `requests` answered requests of `blocks` prompt blocks each on `load`.

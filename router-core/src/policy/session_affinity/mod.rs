@@ -74,4 +74,4 @@ impl Policy for SessionAffinity {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

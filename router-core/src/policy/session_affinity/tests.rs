@@ -9,9 +9,10 @@ use super::*;
 use crate::load::PodLoad;
 use crate::{RouteRequest, Router, RouterConfig, Strategy};
 
-const ADDRESSES: [&str; 3] = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"];
+pub(crate) const ADDRESSES: [&str; 3] = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"];
 
-fn pods<'a>(addresses: &'a [&'a str], loads: &'a [Arc<PodLoad>]) -> Vec<Candidate<'a>> {
+/// Pods at `addresses`, named by them, with `loads`.
+pub(crate) fn pods<'a>(addresses: &'a [&'a str], loads: &'a [Arc<PodLoad>]) -> Vec<Candidate<'a>> {
     addresses
         .iter()
         .zip(loads)
