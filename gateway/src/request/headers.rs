@@ -398,6 +398,20 @@ mod tests {
         assert_eq!(out.get(&OUTSTANDING).unwrap(), "3");
         assert_eq!(out.get(&MATCH_PERCENT).unwrap(), "42");
         assert_eq!(out.get(&REQUEST_ID).unwrap(), "rid");
+        // AIBrix's prefix-cache issues no session; the strategies that honour one do.
+        assert!(out.get(&X_SESSION_ID).is_none());
+        let decision = Decision {
+            strategy: Strategy::PrefixLoad,
+            ..decision
+        };
+        set_routing_headers(
+            &mut out,
+            &HeaderValue::from_static("rid"),
+            &decision,
+            "10.0.0.6:8000",
+        );
+        // python3 -c 'import base64; print(base64.b64encode(b"10.0.0.6:8000"))'
+        assert_eq!(out.get(&X_SESSION_ID).unwrap(), "MTAuMC4wLjY6ODAwMA==");
         // The reservation in `copy_response_headers` covers every routing header.
         assert_eq!(out.len(), ROUTING_HEADERS);
     }
