@@ -93,7 +93,11 @@ fn candidates_on<'a>(names: &'a [String], loads: &'a [Arc<PodLoad>]) -> Vec<Cand
     names
         .iter()
         .zip(loads)
-        .map(|(name, load)| Candidate { name, load })
+        .map(|(name, load)| Candidate {
+            name,
+            address: name,
+            load,
+        })
         .collect()
 }
 
@@ -117,25 +121,46 @@ fn decision(c: &mut Criterion) {
             model: MODEL,
             text: &text,
             tokens: None,
+            session: Default::default(),
         };
-        for (router, strategy, label, candidates) in [
+        // The same request in a session (its key's rendezvous pod is weighed as holding it).
+        let in_session = RouteRequest {
+            session: router_core::Session {
+                id: None,
+                key: Some(b"conversation-7"),
+            },
+            ..request
+        };
+        for (request, strategy, label, candidates) in [
             (
-                &router,
+                &request,
                 Strategy::PrefixCache,
                 "prefix-cache-20KB",
                 &candidates,
             ),
             (
-                &router,
+                &request,
                 Strategy::PrefixLoad,
                 "prefix-load-20KB",
                 &candidates,
             ),
             (
-                &router,
+                &request,
                 Strategy::PrefixLoad,
                 "prefix-load-overload-20KB",
                 &late_candidates,
+            ),
+            (
+                &in_session,
+                Strategy::PrefixLoad,
+                "prefix-load-session-20KB",
+                &candidates,
+            ),
+            (
+                &in_session,
+                Strategy::SessionAffinity,
+                "session-affinity-20KB",
+                &candidates,
             ),
         ] {
             group.bench_with_input(
@@ -144,7 +169,7 @@ fn decision(c: &mut Criterion) {
                 |b, candidates| {
                     b.iter(|| {
                         let routed = router
-                            .route(strategy, black_box(&request), candidates, &mut rng, 1_000)
+                            .route(strategy, black_box(request), candidates, &mut rng, 1_000)
                             .expect("pods are ready");
                         black_box(routed.decision.pod)
                     })

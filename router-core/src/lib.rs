@@ -42,6 +42,7 @@ pub mod tokenize;
 pub use config::{ConfigError, RouterConfig};
 pub use decision::{Decision, MatchBucket, Selection};
 pub use load::{Candidate, EngineStats, InFlight, PodLoad, Usage};
+pub use policy::Session;
 pub use router::{RouteError, RouteRequest, Routed, Router};
 pub use strategy::Strategy;
 

@@ -17,7 +17,10 @@ use crate::kv_sync::{
 };
 use crate::load::{Candidate, InFlight, PodLoad, RequestWork};
 use crate::policy::prefix_load::uncached_blocks;
-use crate::policy::{LeastRequest, Policy, PolicyInput, PrefixCache, PrefixLoad, Random, Strategy};
+use crate::policy::{
+    LeastRequest, Policy, PolicyInput, PrefixCache, PrefixLoad, Random, Session, SessionAffinity,
+    Strategy,
+};
 use crate::tokenize::{self, TokenizeError, Tokenizer};
 
 /// What the router needs to know about one request.
@@ -30,6 +33,8 @@ pub struct RouteRequest<'a> {
     /// bytes ([`crate::kv_sync::token_bytes`]). When given it is hashed instead of `text`, so
     /// the hashes equal those the engine's `BlockStored` events produce.
     pub tokens: Option<&'a [u8]>,
+    /// The session the request names (`x-session-id`, `x-aibrix-session-key`).
+    pub session: Session<'a>,
 }
 
 /// A decision plus the guard that holds the request against the chosen pod.
@@ -63,6 +68,7 @@ pub struct Router {
     least_request: LeastRequest,
     prefix_cache: PrefixCache,
     prefix_load: PrefixLoad,
+    session_affinity: SessionAffinity,
 }
 
 impl Router {
@@ -77,6 +83,7 @@ impl Router {
             least_request: LeastRequest,
             prefix_cache: PrefixCache::new(config.imbalance_abs_count, config.stddev_factor),
             prefix_load: PrefixLoad::new(config.prefix_load.clone()),
+            session_affinity: SessionAffinity,
             config,
         })
     }
@@ -233,6 +240,7 @@ impl Router {
             Strategy::LeastRequest => &self.least_request,
             Strategy::PrefixCache => &self.prefix_cache,
             Strategy::PrefixLoad => &self.prefix_load,
+            Strategy::SessionAffinity => &self.session_affinity,
         };
         let choice = policy.choose(&mut PolicyInput {
             model: request.model,
@@ -240,6 +248,7 @@ impl Router {
             hashes: &hashes,
             index: &self.index,
             recall: self.recall.as_ref(),
+            session: request.session,
             rng,
             now,
         });

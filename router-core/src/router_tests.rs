@@ -12,6 +12,7 @@ fn request(text: &str) -> RouteRequest<'_> {
         model: "m",
         text,
         tokens: None,
+        session: Default::default(),
     }
 }
 
@@ -34,8 +35,16 @@ fn route_abcdefgh(router: &Router, pods: &[Candidate<'_>], rng: &mut StdRng) -> 
 /// Pods "a" and "b" with these loads.
 fn pods_a_and_b<'a>(a: &'a Arc<PodLoad>, b: &'a Arc<PodLoad>) -> [Candidate<'a>; 2] {
     [
-        Candidate { name: "a", load: a },
-        Candidate { name: "b", load: b },
+        Candidate {
+            name: "a",
+            address: "a",
+            load: a,
+        },
+        Candidate {
+            name: "b",
+            address: "b",
+            load: b,
+        },
     ]
 }
 
@@ -47,6 +56,7 @@ fn engine_tokens_replace_the_text_tokenizer() {
         model: "m",
         text: "some other text entirely",
         tokens: Some(&bytes),
+        session: Default::default(),
     };
     let text_only = RouteRequest {
         tokens: None,
@@ -178,6 +188,7 @@ fn a_single_pod_is_routed_without_policy_or_index() {
     let load = PodLoad::with_outstanding(7);
     let pods = [Candidate {
         name: "only",
+        address: "only",
         load: &load,
     }];
     let mut rng = StdRng::seed_from_u64(0);
@@ -248,7 +259,11 @@ proptest::proptest! {
         let pods: Vec<Candidate<'_>> = names
             .iter()
             .zip(&loads)
-            .map(|(name, load)| Candidate { name, load })
+            .map(|(name, load)| Candidate {
+                name,
+                address: name,
+                load,
+            })
             .collect();
         let mut rng = StdRng::seed_from_u64(seed);
         let routed = router

@@ -13,15 +13,18 @@ pub enum Strategy {
     PrefixCache,
     /// prefixgate's cost model over cache and load (`policy/prefix_load/`).
     PrefixLoad,
+    /// AIBrix's session routing (`policy/session_affinity/`).
+    SessionAffinity,
 }
 
 impl Strategy {
     /// Every strategy, in the order `--help` lists them.
-    pub const ALL: [Strategy; 4] = [
+    pub const ALL: [Strategy; 5] = [
         Strategy::Random,
         Strategy::LeastRequest,
         Strategy::PrefixCache,
         Strategy::PrefixLoad,
+        Strategy::SessionAffinity,
     ];
 
     /// The header value.
@@ -31,7 +34,14 @@ impl Strategy {
             Strategy::LeastRequest => "least-request",
             Strategy::PrefixCache => "prefix-cache",
             Strategy::PrefixLoad => "prefix-load",
+            Strategy::SessionAffinity => "session-affinity",
         }
+    }
+
+    /// Whether responses carry an `x-session-id` naming the pod that served them: the
+    /// strategies that honour one (AIBrix sets it only under `session-affinity`).
+    pub fn issues_session_id(self) -> bool {
+        matches!(self, Strategy::SessionAffinity | Strategy::PrefixLoad)
     }
 
     /// Whether the policy reads the prefix index (and so needs the request's block hashes).
@@ -48,7 +58,9 @@ impl fmt::Display for Strategy {
 
 /// A `routing-strategy` value that names no known strategy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown routing strategy {0:?} (known: random, least-request, prefix-cache, prefix-load)")]
+#[error(
+    "unknown routing strategy {0:?} (known: random, least-request, prefix-cache, prefix-load, session-affinity)"
+)]
 pub struct UnknownStrategy(pub String);
 
 impl FromStr for Strategy {

@@ -542,3 +542,38 @@ async fn response_trailers_end_a_full_duplex_response() {
     stream.finish().await.unwrap();
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn sessions_travel_through_ext_proc_headers_in_and_x_session_id_out() {
+    use router_core::policy::session_affinity::session_id;
+    let (gateway, envoy) = started(config(Dialect::Aibrix), FilterConfig::aibrix()).await;
+    let send = |session: (&'static str, String)| {
+        let request = Request::post(CHAT_PATH, &chat("sess", 1, false), 3)
+            .header("routing-strategy", "session-affinity")
+            .header(session.0, &session.1);
+        let envoy = &envoy;
+        async move {
+            let reply = envoy.send(&request).await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            let upstream = reply.upstream.clone().unwrap();
+            let id = reply.header("x-session-id").unwrap().to_owned();
+            assert_eq!(session_id::decode(id.as_bytes()), Some(upstream.clone()));
+            upstream
+        }
+    };
+    let key = ("x-aibrix-session-key", "caller-session-7".to_owned());
+    let first = send(key.clone()).await;
+    for _ in 0..3 {
+        assert_eq!(send(key.clone()).await, first, "the key keeps its pod");
+    }
+    let other = gateway
+        .replicas()
+        .into_iter()
+        .map(|(_, at, _)| at)
+        .find(|at| *at != first)
+        .unwrap();
+    let named = ("x-session-id", session_id::encode(&other));
+    assert_eq!(send(named).await, other, "the session id names its pod");
+    released(&gateway).await;
+    gateway.shutdown().await;
+}

@@ -12,7 +12,14 @@ use prefixgate_tests::{
 async fn every_policy_routes_streaming_and_plain_requests() {
     let (a, b, gateway) = gateway_with_two_upstreams().await;
     let client = Client::new();
-    for strategy in ["random", "least-request", "prefix-cache", "prefix-load"] {
+    let strategies = [
+        "random",
+        "least-request",
+        "prefix-cache",
+        "prefix-load",
+        "session-affinity",
+    ];
+    for strategy in strategies {
         for stream in [false, true] {
             let answer = client
                 .chat(
@@ -44,7 +51,7 @@ async fn every_policy_routes_streaming_and_plain_requests() {
             }
         }
     }
-    assert_eq!(a.requests() + b.requests(), 8);
+    assert_eq!(a.requests() + b.requests(), 10);
     shutdown_once_released(gateway).await;
 }
 
@@ -371,5 +378,81 @@ async fn completions_take_batched_and_token_id_prompts_routed_by_their_values() 
         .post(&gateway, "/v1/completions", &prefix, texts)
         .await;
     assert_eq!(answer.status, 200, "{}", answer.text());
+    shutdown_once_released(gateway).await;
+}
+
+/// The pod a chat request with `headers` went to (its `target-pod-ip`), after checking that
+/// the answer's `x-session-id` names that pod.
+async fn session_routed(
+    client: &Client,
+    gateway: &gateway::GatewayHandle,
+    headers: &[(&str, &str)],
+) -> String {
+    use router_core::policy::session_affinity::session_id;
+    let answer = client
+        .chat(gateway, headers, chat_body("a session's turn", false))
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let at = answer.header("target-pod-ip").unwrap().to_owned();
+    let id = answer.header("x-session-id").expect("x-session-id is set");
+    assert_eq!(session_id::decode(id.as_bytes()), Some(at.clone()));
+    at
+}
+
+#[tokio::test]
+async fn session_affinity_keeps_a_key_on_its_pod_until_the_pod_is_drained() {
+    use router_core::policy::session_affinity::session_id;
+    let (a, b, gateway) = gateway_with_two_upstreams().await;
+    let client = Client::new();
+    let strategy = ("routing-strategy", "session-affinity");
+    let keyed = [
+        strategy,
+        ("x-aibrix-session-key", "user-1234/conversation-9"),
+    ];
+    let home = session_routed(&client, &gateway, &keyed).await;
+    for _ in 0..5 {
+        assert_eq!(session_routed(&client, &gateway, &keyed).await, home);
+    }
+    // The gateway's own x-session-id round-trips: sent back, it names the pod it named.
+    let (a_at, b_at) = (a.addr.to_string(), b.addr.to_string());
+    let away = if home == a_at { &b_at } else { &a_at };
+    let id = session_id::encode(away);
+    let named = [strategy, ("x-session-id", id.as_str())];
+    assert_eq!(session_routed(&client, &gateway, &named).await, *away);
+    // Drained, the key's pod takes nothing more: the key moves, and an x-session-id naming
+    // the drained pod is ignored (a new one is issued for where it went).
+    let name = if home == a_at { "a" } else { "b" };
+    let url = format!(
+        "http://{}/admin/replicas/{name}/drain",
+        gateway.metrics_addr()
+    );
+    let drained = client.call("POST", &url, &[], "").await;
+    assert!(drained.status.is_success(), "{}", drained.text());
+    assert_eq!(session_routed(&client, &gateway, &keyed).await, *away);
+    let stale_id = session_id::encode(&home);
+    let stale = [strategy, ("x-session-id", stale_id.as_str())];
+    assert_eq!(session_routed(&client, &gateway, &stale).await, *away);
+    shutdown_once_released(gateway).await;
+}
+
+#[tokio::test]
+async fn prefix_load_issues_x_session_id_and_prefix_cache_does_not() {
+    let (_a, _b, gateway) = gateway_with_two_upstreams().await;
+    let client = Client::new();
+    let at = session_routed(&client, &gateway, &[("routing-strategy", "prefix-load")]).await;
+    assert!(!at.is_empty());
+    let answer = client
+        .chat(
+            &gateway,
+            &[("routing-strategy", "prefix-cache")],
+            chat_body("hello", false),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        answer.header("x-session-id"),
+        None,
+        "AIBrix's prefix-cache sets none"
+    );
     shutdown_once_released(gateway).await;
 }

@@ -97,6 +97,14 @@ pub const ENV_ALIASES: &[(&str, &str)] = &[
         "PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS",
         "routing.prefix_load.give_up_late_seconds",
     ),
+    (
+        "PREFIXGATE_PREFIX_LOAD_SESSION_HELD_SHARE",
+        "routing.prefix_load.session_held_share",
+    ),
+    (
+        "PREFIXGATE_PREFIX_LOAD_SPREAD_FRACTION",
+        "routing.prefix_load.spread_fraction",
+    ),
 ];
 
 /// Where a setting's value came from.

@@ -377,6 +377,7 @@ impl Exchange {
             &prepared.fields,
             prepared.tokens_to_hash(),
             None,
+            headers::session(&self.headers),
             &eligible,
         );
         let picked = match picked {

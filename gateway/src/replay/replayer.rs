@@ -146,6 +146,7 @@ impl Replayer {
             .zip(&loads)
             .map(|(pod, load)| Candidate {
                 name: &pod.name,
+                address: &pod.name,
                 load,
             })
             .collect();
@@ -153,6 +154,7 @@ impl Replayer {
             model: &model,
             text: &text,
             tokens: tokens.as_deref(),
+            session: Default::default(),
         };
         let routed = self
             .router

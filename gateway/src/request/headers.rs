@@ -12,13 +12,17 @@
 //! routing headers are: `request-id`, `routing-strategy`, `target-pod` (the pod **name**, as
 //! AIBrix sets it), `target-pod-ip` (`ip:port`), `x-prefixgate-outstanding` (the chosen pod's
 //! count just before this request) and `x-prefixgate-match-percent` (only when the policy
-//! consulted the prefix index).
+//! consulted the prefix index), and `x-session-id` (base64 of the pod's `ip:port`) under the
+//! strategies that honour a session (`session-affinity`, `prefix-load`), as AIBrix's
+//! `session-affinity` sets it. The session a request names is read from `x-session-id` and
+//! `x-aibrix-session-key` ([`session`]); both also travel upstream unchanged.
 
 use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use rand::RngCore;
-use router_core::Decision;
+use router_core::policy::session_affinity::session_id;
+use router_core::{Decision, Session};
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -28,6 +32,8 @@ pub const TARGET_POD_IP: HeaderName = HeaderName::from_static("target-pod-ip");
 pub const OUTSTANDING: HeaderName = HeaderName::from_static("x-prefixgate-outstanding");
 pub const MATCH_PERCENT: HeaderName = HeaderName::from_static("x-prefixgate-match-percent");
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub const X_SESSION_ID: HeaderName = HeaderName::from_static("x-session-id");
+pub const X_AIBRIX_SESSION_KEY: HeaderName = HeaderName::from_static("x-aibrix-session-key");
 
 /// Longest client-supplied request id that is kept; longer ones are replaced, so a client
 /// cannot make the gateway log or forward arbitrarily large values.
@@ -186,8 +192,45 @@ fn forwarded_for(client_headers: &HeaderMap, client: Option<IpAddr>) -> Option<H
     HeaderValue::from_str(&list).ok()
 }
 
+/// The session a request names by its `x-session-id` and `x-aibrix-session-key` (their
+/// bytes as sent; router-core judges them).
+pub fn session(headers: &HeaderMap) -> Session<'_> {
+    Session {
+        id: headers.get(&X_SESSION_ID).map(HeaderValue::as_bytes),
+        key: headers
+            .get(&X_AIBRIX_SESSION_KEY)
+            .map(HeaderValue::as_bytes),
+    }
+}
+
+/// A request's session headers, owned (shared bytes, not copies), for a path that hands its
+/// header map on while it still routes: the request sent upstream takes the map on its last
+/// attempt.
+#[derive(Debug, Default)]
+pub struct SessionHeaders {
+    id: Option<HeaderValue>,
+    key: Option<HeaderValue>,
+}
+
+impl SessionHeaders {
+    pub fn of(headers: &HeaderMap) -> Self {
+        SessionHeaders {
+            id: headers.get(&X_SESSION_ID).cloned(),
+            key: headers.get(&X_AIBRIX_SESSION_KEY).cloned(),
+        }
+    }
+
+    /// The session they name, as [`session`] reads it from a header map.
+    pub fn session(&self) -> Session<'_> {
+        Session {
+            id: self.id.as_ref().map(HeaderValue::as_bytes),
+            key: self.key.as_ref().map(HeaderValue::as_bytes),
+        }
+    }
+}
+
 /// How many headers [`set_routing_headers`] adds at most.
-const ROUTING_HEADERS: usize = 6;
+const ROUTING_HEADERS: usize = 7;
 
 /// Copies an upstream response's headers, minus hop-by-hop ones (also those its
 /// `connection` header names), into `out`, with room
@@ -225,6 +268,11 @@ pub fn set_routing_headers(
     out.insert(OUTSTANDING, number_value(decision.outstanding_at_selection));
     if let Some(percent) = decision.match_percent {
         out.insert(MATCH_PERCENT, number_value(u64::from(percent)));
+    }
+    if decision.strategy.issues_session_id()
+        && let Ok(value) = HeaderValue::from_str(&session_id::encode(pod_authority))
+    {
+        out.insert(X_SESSION_ID, value);
     }
 }
 
@@ -376,6 +424,20 @@ mod tests {
         assert_eq!(out.get(&OUTSTANDING).unwrap(), "3");
         assert_eq!(out.get(&MATCH_PERCENT).unwrap(), "42");
         assert_eq!(out.get(&REQUEST_ID).unwrap(), "rid");
+        // AIBrix's prefix-cache issues no session; the strategies that honour one do.
+        assert!(out.get(&X_SESSION_ID).is_none());
+        let decision = Decision {
+            strategy: Strategy::PrefixLoad,
+            ..decision
+        };
+        set_routing_headers(
+            &mut out,
+            &HeaderValue::from_static("rid"),
+            &decision,
+            "10.0.0.6:8000",
+        );
+        // python3 -c 'import base64; print(base64.b64encode(b"10.0.0.6:8000"))'
+        assert_eq!(out.get(&X_SESSION_ID).unwrap(), "MTAuMC4wLjY6ODAwMA==");
         // The reservation in `copy_response_headers` covers every routing header.
         assert_eq!(out.len(), ROUTING_HEADERS);
     }

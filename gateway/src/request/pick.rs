@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use http::HeaderMap;
 use router_core::text::{Endpoint, RoutingFields};
-use router_core::{Candidate, Decision, InFlight, RouteError, RouteRequest, Strategy};
+use router_core::{Candidate, Decision, InFlight, RouteError, RouteRequest, Session, Strategy};
 
 use crate::cluster::SharedTicket;
 use crate::metrics::PodMetrics;
@@ -58,26 +58,48 @@ pub fn strategy(
     })
 }
 
-/// Chooses a ready replica for `fields.model`, skipping the replicas in `exclude` (those
-/// already tried for this request) and those named in `avoid` (those that failed a resumed
-/// stream). `tokens`, with KV-event sync, is the prompt as
-/// the engine tokenized it (4-byte big-endian ids), hashed instead of the text. `hashes`,
-/// on a retry, are the prompt's block hashes from the failed attempt's decision, routed
-/// with instead of hashing the prompt again.
+/// The replicas a request must not be sent to: those already tried for it (by identity)
+/// and those named as having failed its resumed stream (by name: a failed replica may have
+/// left the set since).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Skip<'a> {
+    pub tried: &'a [Arc<Replica>],
+    pub failed_streams: &'a [String],
+}
+
+impl Skip<'_> {
+    fn keeps(&self, replica: &Arc<Replica>) -> bool {
+        !self.tried.iter().any(|x| Arc::ptr_eq(x, replica))
+            && !self
+                .failed_streams
+                .iter()
+                .any(|name| name == replica.name())
+    }
+}
+
+/// Chooses a ready replica for `fields.model`, skipping those `skip` names. `tokens`, with
+/// KV-event sync, is the prompt as the engine tokenized it (4-byte big-endian ids), hashed
+/// instead of the text. `hashes`, on a retry, are the prompt's block hashes from the failed
+/// attempt's decision, routed with instead of hashing the prompt again. `session` is the
+/// session the request names (its `x-session-id` and `x-aibrix-session-key`).
 pub fn pick(
     state: &AppState,
     strategy: Strategy,
     fields: &RoutingFields,
     tokens: Option<&[u8]>,
     hashes: Option<Vec<u64>>,
-    exclude: &[Arc<Replica>],
-    avoid: &[String],
+    session: Session<'_>,
+    skip: Skip<'_>,
 ) -> Result<Picked, GatewayError> {
-    let untried = |replica: &Arc<Replica>| {
-        !exclude.iter().any(|x| Arc::ptr_eq(x, replica))
-            && !avoid.iter().any(|name| name == replica.name())
-    };
-    pick_among(state, strategy, fields, tokens, hashes, &untried)
+    pick_among(
+        state,
+        strategy,
+        fields,
+        tokens,
+        hashes,
+        session,
+        &|replica| skip.keeps(replica),
+    )
 }
 
 /// [`pick`] among the ready replicas of the model that `eligible` keeps (the subset an
@@ -88,6 +110,7 @@ pub fn pick_among(
     fields: &RoutingFields,
     tokens: Option<&[u8]>,
     hashes: Option<Vec<u64>>,
+    session: Session<'_>,
     eligible: &dyn Fn(&Arc<Replica>) -> bool,
 ) -> Result<Picked, GatewayError> {
     let snapshot = state.replicas.snapshot();
@@ -96,6 +119,7 @@ pub fn pick_among(
         model: &fields.model,
         text: &fields.text,
         tokens,
+        session,
     };
     let started = Instant::now();
     let routed = state.router.route_with_hashes(
@@ -161,6 +185,7 @@ fn candidates<'s>(
         if replica.is_ready() && eligible(replica) {
             candidates.push(Candidate {
                 name: replica.name(),
+                address: replica.authority(),
                 load: replica.load(),
             });
         }
@@ -212,8 +237,8 @@ mod tests {
                 &fields("m"),
                 None,
                 None,
-                &[],
-                &[],
+                Session::default(),
+                Skip::default(),
             )
             .unwrap();
             // The replica handed back is the one the decision names and counts against.
@@ -228,26 +253,60 @@ mod tests {
             &fields("m"),
             None,
             None,
-            std::slice::from_ref(&a),
-            &[],
+            Session::default(),
+            Skip {
+                tried: std::slice::from_ref(&a),
+                failed_streams: &[],
+            },
         )
         .unwrap();
         assert_eq!(only_b.replica.name(), "b");
+        let failed_on_a = ["a".to_owned()];
+        let not_a = pick(
+            &state,
+            Strategy::Random,
+            &fields("m"),
+            None,
+            None,
+            Session::default(),
+            Skip {
+                tried: &[],
+                failed_streams: &failed_on_a,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            not_a.replica.name(),
+            "b",
+            "a replica that failed the stream is skipped"
+        );
         let error = pick(
             &state,
             Strategy::Random,
             &fields("m"),
             None,
             None,
-            &[a, b],
-            &[],
+            Session::default(),
+            Skip {
+                tried: &[a, b],
+                failed_streams: &[],
+            },
         )
         .unwrap_err();
         assert!(
             matches!(error, GatewayError::NoReadyReplica(_)),
             "{error:?}"
         );
-        let error = pick(&state, Strategy::Random, &fields("y"), None, None, &[], &[]).unwrap_err();
+        let error = pick(
+            &state,
+            Strategy::Random,
+            &fields("y"),
+            None,
+            None,
+            Session::default(),
+            Skip::default(),
+        )
+        .unwrap_err();
         assert!(matches!(error, GatewayError::UnknownModel(_)), "{error:?}");
     }
 
@@ -258,7 +317,16 @@ mod tests {
         let cold = Arc::new(Replica::new("cold", "127.0.0.1:1", vec![]));
         cold.report_failure(1);
         let state = state(vec![Arc::clone(&cold)]);
-        let error = pick(&state, Strategy::Random, &fields("m"), None, None, &[], &[]).unwrap_err();
+        let error = pick(
+            &state,
+            Strategy::Random,
+            &fields("m"),
+            None,
+            None,
+            Session::default(),
+            Skip::default(),
+        )
+        .unwrap_err();
         assert!(
             matches!(error, GatewayError::NoReadyReplica(_)),
             "{error:?}"
@@ -273,8 +341,8 @@ mod tests {
             &fields("other"),
             None,
             None,
-            &[],
-            &[],
+            Session::default(),
+            Skip::default(),
         )
         .unwrap_err();
         assert!(matches!(error, GatewayError::UnknownModel(_)), "{error:?}");

@@ -28,14 +28,15 @@ use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use router_core::Strategy;
 use router_core::text::RoutingFields;
+use router_core::{Session, Strategy};
 use tokio::time::Instant;
 
 use crate::replicas::{HealthChange, Replica};
 use crate::request::error::GatewayError;
 use crate::request::headers;
-use crate::request::pick::{Picked, pick};
+use crate::request::headers::SessionHeaders;
+use crate::request::pick::{Picked, Skip, pick};
 use crate::state::AppState;
 use crate::telemetry::{propagation, span};
 use crate::upstream::describe;
@@ -126,6 +127,9 @@ pub async fn forward(
     // A 502/503 answer kept in case no other replica can be tried: passing the replica's own
     // answer through says more than a gateway error would.
     let mut refused: Option<Forwarded> = None;
+    // Owned: the session names the header map's values, and the last attempt takes the map.
+    let session_headers = SessionHeaders::of(&outgoing.headers);
+    let session = session_headers.session();
     for attempt in 1..=max_attempts {
         let next = pick_next(
             state,
@@ -133,8 +137,11 @@ pub async fn forward(
             fields,
             tokens,
             hashes.take(),
-            &tried,
-            avoid,
+            session,
+            Skip {
+                tried: &tried,
+                failed_streams: avoid,
+            },
         );
         let Some(mut picked) = next? else { break };
         let sent_at = Instant::now();
@@ -177,14 +184,16 @@ pub async fn forward(
         tracing::debug!(%pod, attempt, %failures, "upstream attempt failed");
         tried.push(replica);
     }
-    if let Some(forwarded) = refused {
-        return Ok(forwarded);
-    }
-    Err(GatewayError::UpstreamUnavailable {
-        model: fields.model.clone(),
+    refused.map_or_else(|| Err(unavailable(&fields.model, &tried, failures)), Ok)
+}
+
+/// The 502 of a request every attempt of which failed (`failures` says how, in order).
+fn unavailable(model: &str, tried: &[Arc<Replica>], failures: String) -> GatewayError {
+    GatewayError::UpstreamUnavailable {
+        model: model.to_owned(),
         attempts: u32::try_from(tried.len()).unwrap_or(u32::MAX),
         failures,
-    })
+    }
 }
 
 /// The next attempt's replica; `None` when every replica was tried (the failure is theirs,
@@ -195,15 +204,15 @@ fn pick_next(
     fields: &RoutingFields,
     tokens: Option<&[u8]>,
     hashes: Option<Vec<u64>>,
-    tried: &[Arc<Replica>],
-    avoid: &[String],
+    session: Session<'_>,
+    skip: Skip<'_>,
 ) -> Result<Option<Picked>, GatewayError> {
-    let picked = match pick(state, strategy, fields, tokens, hashes, tried, avoid) {
+    let picked = match pick(state, strategy, fields, tokens, hashes, session, skip) {
         Ok(picked) => picked,
-        Err(GatewayError::NoReadyReplica(_)) if !tried.is_empty() => return Ok(None),
+        Err(GatewayError::NoReadyReplica(_)) if !skip.tried.is_empty() => return Ok(None),
         Err(error) => return Err(error),
     };
-    if let Some(failed) = tried.last() {
+    if let Some(failed) = skip.tried.last() {
         failed.metrics(&state.metrics).record_retry();
     }
     Ok(Some(picked))

@@ -232,10 +232,12 @@ fn policies_see_the_peers_load_and_the_peers_blocks() {
     let list = [
         Candidate {
             name: "a",
+            address: "a",
             load: &a,
         },
         Candidate {
             name: "b",
+            address: "b",
             load: &b,
         },
     ];
@@ -257,6 +259,7 @@ fn policies_see_the_peers_load_and_the_peers_blocks() {
                     model: "m",
                     text: "x",
                     tokens: None,
+                    session: Default::default(),
                 },
                 &list,
                 &mut rng,
@@ -283,6 +286,7 @@ fn policies_see_the_peers_load_and_the_peers_blocks() {
                 model: "m",
                 text,
                 tokens: None,
+                session: Default::default(),
             },
             &list,
             &mut rng,
@@ -355,4 +359,71 @@ fn the_hashing_digest_follows_every_setting_that_shapes_hashes() {
         ..base
     };
     assert_eq!(digest, hashing_digest(&weights, false));
+}
+
+/// Three gateways sharing state, each routing its share of a burst before the others'
+/// messages reach it, so all three read the same figures: an older peer's answered requests
+/// make "a" cheaper than "b" and "c" by 1 and 2 blocks of about 70, within the estimate's
+/// error. With no spread every gateway sends its request to "a"; with the default spread
+/// they spread over the three.
+#[test]
+fn a_burst_over_several_gateways_spreads_within_the_estimate_s_error() {
+    let spread_default = crate::policy::prefix_load::config::SPREAD_FRACTION;
+    for (spread, herded) in [(0.0, true), (spread_default, false)] {
+        let mut on_a = 0;
+        let mut chosen = std::collections::BTreeSet::new();
+        for burst in 0..10u64 {
+            let mut config = RouterConfig {
+                block_size: 4,
+                ..RouterConfig::default()
+            };
+            config.prefix_load.spread_fraction = spread;
+            for gateway in 0..3u64 {
+                let router = Router::new(config.clone()).unwrap();
+                let pods = Pods(HashMap::from([
+                    ("a", PodLoad::new()),
+                    ("b", PodLoad::new()),
+                    ("c", PodLoad::new()),
+                ]));
+                let mut table = PeerTable::new("me", HASHING, 5_000);
+                for (id, (pod, blocks)) in [("a", 40), ("b", 41), ("c", 42)].into_iter().enumerate()
+                {
+                    let hashes: Vec<u64> = (0..blocks).map(|i| (id as u64) << 32 | i).collect();
+                    for event in [
+                        decided(id as u64, pod, &hashes, blocks),
+                        PeerEvent::FirstByte { id: id as u64 },
+                    ] {
+                        table.apply(&message("older", event), &router, &pods.find(), 0);
+                    }
+                }
+                let list: Vec<Candidate<'_>> = ["a", "b", "c"]
+                    .into_iter()
+                    .map(|name| Candidate {
+                        name,
+                        address: name,
+                        load: pods.load(name),
+                    })
+                    .collect();
+                let text = format!("burst {burst} gateway {gateway}: 32 bytes");
+                let request = RouteRequest {
+                    model: "m",
+                    text: &text,
+                    tokens: None,
+                    session: Default::default(),
+                };
+                let mut rng = StdRng::seed_from_u64(burst * 3 + gateway);
+                let routed = router
+                    .route(Strategy::PrefixLoad, &request, &list, &mut rng, 0)
+                    .unwrap();
+                on_a += usize::from(routed.decision.pod_name == "a");
+                chosen.insert(routed.decision.pod_name);
+            }
+        }
+        if herded {
+            assert_eq!(on_a, 30, "no spread: every gateway takes the cheapest");
+        } else {
+            assert_eq!(chosen.len(), 3, "{chosen:?}");
+            assert!(on_a <= 15, "{on_a} of 30 on a");
+        }
+    }
 }

@@ -294,6 +294,9 @@ impl PodLoad {
 #[derive(Debug, Clone, Copy)]
 pub struct Candidate<'a> {
     pub name: &'a str,
+    /// The pod's `ip:port` (the `target-pod-ip` header), which sessions name
+    /// ([`crate::policy::session_affinity`]).
+    pub address: &'a str,
     pub load: &'a Arc<PodLoad>,
 }
 

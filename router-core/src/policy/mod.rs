@@ -22,11 +22,13 @@ mod least_request;
 mod prefix_cache;
 pub mod prefix_load;
 mod random;
+pub mod session_affinity;
 
 pub use least_request::LeastRequest;
 pub use prefix_cache::PrefixCache;
 pub use prefix_load::PrefixLoad;
 pub use random::Random;
+pub use session_affinity::{Session, SessionAffinity};
 
 /// The strategies these policies implement (defined in their own module so that the decision
 /// record can name them without depending on the policies).
@@ -46,6 +48,8 @@ pub struct PolicyInput<'a> {
     pub index: &'a PrefixIndex,
     /// `prefix-load`'s longer memory of placements, when on (no other policy reads it).
     pub recall: Option<&'a Recall>,
+    /// The session the request names, if any (read by `session-affinity` and `prefix-load`).
+    pub session: Session<'a>,
     pub rng: &'a mut dyn RngCore,
     /// The caller's clock (see [`Millis`]), for signals that age.
     pub now: Millis,

@@ -489,7 +489,11 @@ impl SimCluster {
                     .names
                     .iter()
                     .zip(&gateway.loads)
-                    .map(|(name, load)| Candidate { name, load })
+                    .map(|(name, load)| Candidate {
+                        name,
+                        address: name,
+                        load,
+                    })
                     .collect();
                 // With sync the gateway asks the engine's `/tokenize` and hashes those ids
                 // (4 bytes big-endian each), the bytes the engine's events carry.
@@ -499,6 +503,7 @@ impl SimCluster {
                     model: &self.model,
                     text: &text,
                     tokens: tokens.as_deref(),
+                    session: Default::default(),
                 };
                 let now_ms = (self.now * 1000.0) as u64;
                 let routed =

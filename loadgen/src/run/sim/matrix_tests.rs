@@ -375,6 +375,7 @@ fn kv_sync_forgets_what_an_engine_evicts() {
             model: &options.model,
             text: &first,
             tokens: sync.then_some(bytes.as_slice()),
+            session: Default::default(),
         };
         let hashes = cluster.router().request_hashes(&request).unwrap();
         if sync {

@@ -297,7 +297,11 @@ impl Pods {
         self.names
             .iter()
             .zip(&self.loads)
-            .map(|(name, load)| Candidate { name, load })
+            .map(|(name, load)| Candidate {
+                name,
+                address: name,
+                load,
+            })
             .collect()
     }
 
@@ -321,6 +325,7 @@ fn route(
                 model: "m1",
                 text,
                 tokens: None,
+                session: Default::default(),
             },
             &pods.candidates(),
             rng,

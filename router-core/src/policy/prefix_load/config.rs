@@ -110,6 +110,23 @@ pub struct PrefixLoadConfig {
     /// time, unless the prefix is hot. On equal replicas no pod reads as slow, and nothing
     /// changes (docs/POLICY-EVALUATION.md, "Unequal replicas: one give-up rule").
     pub give_up_late_seconds: f64,
+    /// `PREFIXGATE_PREFIX_LOAD_SESSION_HELD_SHARE`: the share of a request's prompt, from 0 to
+    /// 1, that the pod its session names (`x-session-id`, else `x-aibrix-session-key`'s
+    /// rendezvous pod) is expected to hold when the prefix index says it holds less: a
+    /// session's next turn resends the turns before it, which that pod served. 0.8 by default
+    /// (the history is most of a later turn's prompt, and an engine may have evicted some of
+    /// it); 0 ignores sessions. The cost model then weighs that cache against the pod's load,
+    /// so a session stays while its pod has room and moves when it does not
+    /// (docs/ROUTING.md, "Sessions").
+    pub session_held_share: f64,
+    /// `PREFIXGATE_PREFIX_LOAD_SPREAD_FRACTION`: how far apart, as a fraction of the cheapest
+    /// pod's cost, two costs may be and still count as equal, from 0 to 1. The cost is an
+    /// estimate (output lengths are unknown, cluster peers' load arrives late), so pods within
+    /// this of the cheapest are all taken as best, and the one with the fewest requests in
+    /// flight (every gateway's) is chosen, then one at random: a burst does not herd onto a
+    /// pod that is cheaper only within the estimate's error. 0 chooses uniformly among exact
+    /// ties only (docs/ROUTING.md, "Ties and herding").
+    pub spread_fraction: f64,
 }
 
 /// The most [`PrefixLoadConfig::recall_blocks`] accepted: as many kept blocks as the
@@ -120,6 +137,9 @@ pub const MAX_RECALL_BLOCKS: usize = crate::config::MAX_BLOCK_CAPACITY * recall:
 /// its own late first token, so [`PrefixLoadConfig::copy_in_time_seconds`] does not hold it
 /// back (at 10 and above the 4-replica unequal fleet's hot50 cell drops, at 12 by 14).
 pub const HOT_IN_FLIGHT: u64 = 8;
+
+/// [`PrefixLoadConfig::spread_fraction`]'s default (docs/ROUTING.md, "Ties and herding").
+pub const SPREAD_FRACTION: f64 = 0.05;
 
 impl Default for PrefixLoadConfig {
     fn default() -> Self {
@@ -136,12 +156,14 @@ impl Default for PrefixLoadConfig {
             copy_in_time_seconds: 0.0,
             recall_blocks: 400_000,
             give_up_late_seconds: 4.0,
+            session_held_share: 0.8,
+            spread_fraction: SPREAD_FRACTION,
         }
     }
 }
 
 /// The environment variables [`PrefixLoadConfig::apply_env`] reads, in `--help` order.
-pub const PREFIX_LOAD_ENV_NAMES: [&str; 12] = [
+pub const PREFIX_LOAD_ENV_NAMES: [&str; 14] = [
     "PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT",
@@ -154,6 +176,8 @@ pub const PREFIX_LOAD_ENV_NAMES: [&str; 12] = [
     "PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS",
     "PREFIXGATE_PREFIX_LOAD_RECALL_BLOCKS",
     "PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS",
+    "PREFIXGATE_PREFIX_LOAD_SESSION_HELD_SHARE",
+    "PREFIXGATE_PREFIX_LOAD_SPREAD_FRACTION",
 ];
 
 /// Largest accepted weight: beyond it one term swamps the others entirely, which a user
@@ -180,6 +204,8 @@ impl PrefixLoadConfig {
             in_time,
             recall,
             give_up,
+            session,
+            spread,
         ] = PREFIX_LOAD_ENV_NAMES;
         for (name, field) in [
             (prefill, &mut self.prefill_weight),
@@ -197,8 +223,14 @@ impl PrefixLoadConfig {
                 *field = weight(name, &value, value.trim().parse().ok())?;
             }
         }
-        if let Some(value) = lookup(learn) {
-            self.learn_weight = share(learn, &value, value.trim().parse().ok())?;
+        for (name, field) in [
+            (learn, &mut self.learn_weight),
+            (session, &mut self.session_held_share),
+            (spread, &mut self.spread_fraction),
+        ] {
+            if let Some(value) = lookup(name) {
+                *field = share(name, &value, value.trim().parse().ok())?;
+            }
         }
         if let Some(value) = lookup(recall) {
             self.recall_blocks = blocks(recall, &value, value.trim().parse().ok())?;
@@ -252,11 +284,13 @@ impl PrefixLoadConfig {
         ] {
             weight(key, &value.to_string(), Some(value))?;
         }
-        share(
-            "prefix_load.learn_weight",
-            &self.learn_weight.to_string(),
-            Some(self.learn_weight),
-        )?;
+        for (key, value) in [
+            ("prefix_load.learn_weight", self.learn_weight),
+            ("prefix_load.session_held_share", self.session_held_share),
+            ("prefix_load.spread_fraction", self.spread_fraction),
+        ] {
+            share(key, &value.to_string(), Some(value))?;
+        }
         blocks(
             "prefix_load.recall_blocks",
             &self.recall_blocks.to_string(),
@@ -334,6 +368,8 @@ mod tests {
             ("PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS", "2"),
             ("PREFIXGATE_PREFIX_LOAD_RECALL_BLOCKS", "64"),
             ("PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS", "6"),
+            ("PREFIXGATE_PREFIX_LOAD_SESSION_HELD_SHARE", "0.25"),
+            ("PREFIXGATE_PREFIX_LOAD_SPREAD_FRACTION", "0.1"),
         ])
         .unwrap();
         assert_eq!(
@@ -351,6 +387,8 @@ mod tests {
                 copy_in_time_seconds: 2.0,
                 recall_blocks: 64,
                 give_up_late_seconds: 6.0,
+                session_held_share: 0.25,
+                spread_fraction: 0.1,
             }
         );
         assert_eq!(config.family_window_millis(), 2500);

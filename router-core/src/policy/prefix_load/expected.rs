@@ -82,7 +82,11 @@ mod tests {
     }
 
     fn first_token_ms(load: &std::sync::Arc<PodLoad>, own_blocks: u64) -> f64 {
-        let pod = Candidate { name: "a", load };
+        let pod = Candidate {
+            name: "a",
+            address: "a",
+            load,
+        };
         expected(&pod, own_blocks).unwrap().first_token_ms
     }
 
@@ -125,6 +129,7 @@ mod tests {
             expected(
                 &Candidate {
                     name: "b",
+                    address: "b",
                     load: &pod
                 },
                 20

@@ -52,9 +52,14 @@ fn choose(router: &Router, strategy: Strategy, text: &str, a: &Arc<PodLoad>) -> 
         copies_prefix: false,
     });
     let pods = [
-        Candidate { name: "a", load: a },
+        Candidate {
+            name: "a",
+            address: "a",
+            load: a,
+        },
         Candidate {
             name: "b",
+            address: "b",
             load: &b,
         },
     ];
@@ -62,6 +67,7 @@ fn choose(router: &Router, strategy: Strategy, text: &str, a: &Arc<PodLoad>) -> 
         model: "m",
         text,
         tokens: None,
+        session: Default::default(),
     };
     let mut rng = StdRng::seed_from_u64(0);
     let routed = router
@@ -143,10 +149,12 @@ fn a_replica_holding_what_the_index_never_credited_is_trusted_more() {
     let pods = [
         Candidate {
             name: "a",
+            address: "a",
             load: &a,
         },
         Candidate {
             name: "b",
+            address: "b",
             load: &b,
         },
     ];
@@ -154,6 +162,7 @@ fn a_replica_holding_what_the_index_never_credited_is_trusted_more() {
         model: "m",
         text: family,
         tokens: None,
+        session: Default::default(),
     };
     let mut rng = StdRng::seed_from_u64(0);
     let routed = router

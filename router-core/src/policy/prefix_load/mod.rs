@@ -1,7 +1,8 @@
 //! `prefix-load`: prefixgate's default policy, a cost model over cache and load.
 //!
 //! For each ready pod it estimates, in prompt blocks of work, what this request would cost
-//! there, and picks the cheapest (uniformly random among exact ties):
+//! there, and picks the cheapest, taking costs within `spread_fraction` of it as equal (then
+//! the fewest requests in flight, then a draw: [`spread`]):
 //!
 //! ```text
 //! cost(pod) = w · uncached(pod)                     this request's prefill there
@@ -51,6 +52,10 @@
 //!   many there will be (Little's law), so a hot prefix is copied nearly at cost and a family
 //!   with few requests left is not. It needs an index that sees every holder (KV-event
 //!   sync): on a blind index a real hit elsewhere looks like a copy and is priced as one.
+//! - A session ([`crate::policy::session_affinity`]): the pod the request's session names
+//!   served its earlier turns, which this one resends, so `uncached` there is at most
+//!   `(1 − session_held_share) × blocks` whatever the index says. Weighed against load like
+//!   any cache: a session stays while its pod has room and moves when it does not.
 //! - A copy in progress is not a hit: the index records a prefix for a pod as soon as a
 //!   request is routed there, but until that request's first byte the pod is still
 //!   prefilling it, and a request sent after it would wait for the copy and slow it down.
@@ -103,8 +108,6 @@
 //! prefix spilling to a second pod); `imbalance` is set on exactly those `cost_model`
 //! decisions, so `aibrix_prefix_cache_load_imbalance_total` counts load overriding the cache.
 
-use rand::Rng;
-
 use super::least_request::least_loaded_of;
 use super::{Choice, PerPod, Policy, PolicyInput};
 use crate::decision::Selection;
@@ -118,6 +121,7 @@ mod give_up;
 mod in_time;
 mod offered;
 pub mod slo;
+mod spread;
 
 pub use config::PrefixLoadConfig;
 
@@ -166,7 +170,11 @@ impl Policy for PrefixLoad {
         let shared_prefix = held
             .checked_sub(1)
             .and_then(|last| input.hashes.get(last as usize).copied());
-        let (mut costs, uncached, in_flight) = self.costs(input, &percents, best, shared_prefix);
+        let session_pod = (self.weights.session_held_share > 0.0)
+            .then(|| input.session.pod(input.pods))
+            .flatten();
+        let (mut costs, uncached, in_flight) =
+            self.costs(input, &percents, best, shared_prefix, session_pod);
         // A copy the copy filters may hold back: of a held prefix that is not hot (a hot
         // prefix's later requests repay a late first copy).
         let cold_copy = best > 0 && in_flight < config::HOT_IN_FLIGHT;
@@ -198,7 +206,7 @@ impl Policy for PrefixLoad {
                 keep_only(&mut costs, &targets);
             }
         }
-        let pod = cheapest(&costs, input.rng);
+        let pod = spread::near_best(&costs, input.pods, self.weights.spread_fraction, input.rng);
         let chosen = percents[pod];
         let selection = if best == 0 {
             Selection::LeastRequestFallback
@@ -219,15 +227,16 @@ impl Policy for PrefixLoad {
 
 impl PrefixLoad {
     /// Each pod's cost for a request whose best match is `best` % (`percents` per pod), and
-    /// whose prefix, if any block of it is held, is named `shared_prefix`; with the blocks
-    /// the request would prefill there and the prefix's requests in flight on its best
-    /// holders.
+    /// whose prefix, if any block of it is held, is named `shared_prefix`, and whose session,
+    /// if it names one, is on pod `session_pod`; with the blocks the request would prefill
+    /// there and the prefix's requests in flight on its best holders.
     fn costs(
         &self,
         input: &PolicyInput<'_>,
         percents: &[u8],
         best: u8,
         shared_prefix: Option<u64>,
+        session_pod: Option<usize>,
     ) -> (PerPod<f64>, PerPod<u64>, u64) {
         let weights = &self.weights;
         let blocks = input.hashes.len() as u64;
@@ -262,6 +271,8 @@ impl PrefixLoad {
         } else {
             PerPod::from_elem(0.0, input.pods.len())
         };
+        // The session's pod served its earlier turns, which this one resends.
+        let session_uncached = blocks - (weights.session_held_share * blocks as f64) as u64;
         let mut prefills = PerPod::with_capacity(input.pods.len());
         let costs = input
             .pods
@@ -269,11 +280,15 @@ impl PrefixLoad {
             .zip(percents)
             .zip(&counts)
             .zip(&committed)
-            .map(|(((pod, &pct), c), &share)| {
+            .enumerate()
+            .map(|(i, (((pod, &pct), c), &share))| {
                 // A copy still prefilling there is not a cache hit yet: this request would
                 // wait for it and slow it down, as if it prefilled the prompt itself.
                 let uncached = if c.copying > 0 {
                     blocks
+                } else if session_pod == Some(i) {
+                    learned_uncached(pod.load, blocks, pct, weights.learn_weight)
+                        .min(session_uncached)
                 } else {
                     learned_uncached(pod.load, blocks, pct, weights.learn_weight)
                 };
@@ -410,20 +425,10 @@ fn keep_only(costs: &mut [f64], allowed: &[bool]) {
     }
 }
 
-/// A uniformly random index among the minima of `costs` (0 for an empty slice). The
-/// random number is drawn only when there is a tie.
-fn cheapest(costs: &[f64], rng: &mut dyn rand::RngCore) -> usize {
-    let min = costs.iter().copied().fold(f64::INFINITY, f64::min);
-    let mut ties = (0..costs.len()).filter(|&i| costs[i] == min);
-    let pick = match ties.clone().count() {
-        0 | 1 => 0,
-        n => rng.random_range(0..n),
-    };
-    ties.nth(pick).unwrap_or(0)
-}
-
 #[cfg(test)]
 mod learn_tests;
+#[cfg(test)]
+mod session_tests;
 #[cfg(test)]
 mod slo_tests;
 #[cfg(test)]

@@ -113,7 +113,11 @@ impl Fleet {
             .names
             .iter()
             .zip(&self.loads)
-            .map(|(name, load)| Candidate { name, load })
+            .map(|(name, load)| Candidate {
+                name,
+                address: name,
+                load,
+            })
             .collect();
         let policy = PrefixLoad::new(PrefixLoadConfig {
             ttft_slo_seconds: slo_seconds,
@@ -128,6 +132,7 @@ impl Fleet {
                 hashes,
                 index: &self.index,
                 recall: None,
+                session: Default::default(),
                 rng: &mut rng,
                 now: 0,
             })

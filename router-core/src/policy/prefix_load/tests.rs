@@ -54,7 +54,12 @@ impl Cluster {
             loads,
             guards,
             index: PrefixIndex::new(1000, 60_000),
-            weights: PrefixLoadConfig::default(),
+            // The cost model's boundaries are tested exactly, with no spread around the
+            // cheapest (the spread has its tests in `spread.rs` and `session_tests.rs`).
+            weights: PrefixLoadConfig {
+                spread_fraction: 0.0,
+                ..PrefixLoadConfig::default()
+            },
         }
     }
 
@@ -98,7 +103,11 @@ impl Cluster {
             .names
             .iter()
             .zip(&self.loads)
-            .map(|(name, load)| Candidate { name, load })
+            .map(|(name, load)| Candidate {
+                name,
+                address: name,
+                load,
+            })
             .collect();
         let mut rng = StdRng::seed_from_u64(seed);
         PrefixLoad::new(self.weights.clone()).choose(&mut PolicyInput {
@@ -107,6 +116,7 @@ impl Cluster {
             hashes,
             index: &self.index,
             recall: None,
+            session: Default::default(),
             rng: &mut rng,
             now,
         })
