@@ -73,6 +73,11 @@ pub struct UsageScan {
 impl UsageScan {
     /// Notes the usage numbers in one body frame (the last occurrence wins).
     pub fn observe(&mut self, frame: &[u8]) {
+        // Every key ends so: one search rules out the frames with no usage (all of a
+        // stream's token chunks) instead of three.
+        if memchr::memmem::find(frame, b"_tokens\":").is_none() {
+            return;
+        }
         if let Some(n) = last_number_after(frame, b"\"prompt_tokens\":") {
             self.prompt_tokens = Some(n);
         }
@@ -106,12 +111,11 @@ impl UsageScan {
     }
 }
 
-/// The integer after the last `key` in `haystack` (JSON whitespace allowed before it).
+/// The integer after the last `key` in `haystack` (JSON whitespace allowed before it). The
+/// key is looked for with `memchr`'s vectorised search, since every frame of every response
+/// passes here, most of them holding no usage at all.
 fn last_number_after(haystack: &[u8], key: &[u8]) -> Option<u64> {
-    let start = haystack
-        .windows(key.len())
-        .rposition(|window| window == key)?
-        + key.len();
+    let start = memchr::memmem::rfind(haystack, key)? + key.len();
     let rest = haystack.get(start..)?;
     let digits = rest
         .iter()
