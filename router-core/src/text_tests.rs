@@ -186,12 +186,43 @@ fn malformed_bodies_are_invalid_json() {
 
 #[test]
 fn strings_without_escapes_are_borrowed() {
-    let raw: &RawValue = serde_json::from_str(r#""plain""#).unwrap();
-    assert!(matches!(json_string(raw), Some(Cow::Borrowed("plain"))));
-    let raw: &RawValue = serde_json::from_str(r#""a\nb""#).unwrap();
-    assert_eq!(json_string(raw).as_deref(), Some("a\nb"));
-    let raw: &RawValue = serde_json::from_str("12").unwrap();
-    assert_eq!(json_string(raw), None);
+    assert!(matches!(
+        json_string(r#""plain""#),
+        Some(Cow::Borrowed("plain"))
+    ));
+    assert_eq!(json_string(r#""a\nb""#).as_deref(), Some("a\nb"));
+    assert_eq!(json_string("12"), None);
+}
+
+/// The messages are walked over the validated bytes, not parsed again: the walk must read
+/// them as serde did (escaped keys, nested values holding brackets and quotes in strings,
+/// whitespace anywhere, a second `content` refused).
+#[test]
+fn the_messages_walk_reads_what_serde_reads() {
+    let text = |body: &str| chat(body).map(|fields| fields.text);
+    assert_eq!(
+        text(r#"{"model":"m","messages":[ {"con\u0074ent" : "a" , "role":"user"} ,
+            {"tool_calls":[{"f":"}]\"{["}],"content":{"k":[1,"]}"]}},
+            {"name":"x\\","content":"b\"c"},{},{"content":null},{"content":-1.5e3}]}"#),
+        Ok(r#"a {"k":[1,"]}"]} b"c  null -1.5e3"#.to_owned())
+    );
+    for body in [
+        r#"{"model":"m","messages":[{"content":"a","content":"b"}]}"#,
+        r#"{"model":"m","messages":[{"content":"a","con\u0074ent":"b"}]}"#,
+        r#"{"model":"m","messages":[{"content":"a"},[]]}"#,
+        r#"{"model":"m","messages":[null]}"#,
+    ] {
+        assert!(
+            matches!(
+                chat(body),
+                Err(BodyError::InvalidField {
+                    field: "messages",
+                    ..
+                })
+            ),
+            "{body}"
+        );
+    }
 }
 
 #[test]
