@@ -85,7 +85,9 @@ for case in $CASES; do
         callgrind_control -i on "$STARTED_PID" >/dev/null 2>&1
         sent=$(send "$STARTED_URL" "$case" "$REQUESTS")
         callgrind_control -i off "$STARTED_PID" >/dev/null 2>&1
-        kill -INT "$STARTED_PID"; wait "$STARTED_PID" 2>/dev/null || true
+        # TERM, not INT: a background job of a script ignores SIGINT (the forwarder has no
+        # handler of its own); callgrind writes its file as the process ends.
+        kill -TERM "$STARTED_PID"; wait "$STARTED_PID" 2>/dev/null || true
         total=$(python3 "$HERE/callgrind_top.py" --total "$OUT/$target.$case.callgrind")
         printf '%s\t%s\t%s\t%s\n' "$target" "$case" "$sent" \
             "$(awk -v t="$total" -v n="$sent" 'BEGIN {printf "%.0f", t / n}')"
