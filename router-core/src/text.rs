@@ -214,7 +214,8 @@ fn bound(field: &'static str, raw: Option<&RawValue>) -> Result<Option<u64>, Bod
 
 fn model(raw: Option<&RawValue>) -> Result<String, BodyError> {
     let raw = raw.ok_or(BodyError::MissingModel)?;
-    let model = json_string(raw.get()).ok_or_else(|| BodyError::field("model", "must be a string"))?;
+    let model =
+        json_string(raw.get()).ok_or_else(|| BodyError::field("model", "must be a string"))?;
     if model.is_empty() {
         return Err(BodyError::field("model", "must not be empty"));
     }

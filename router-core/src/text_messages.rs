@@ -133,12 +133,14 @@ impl Walk<'_> {
             b'"' => self.string_end(),
             b'{' | b'[' => self.nested_end(),
             // A number, `true`, `false` or `null`: up to the next delimiter.
-            _ => Some(
-                self.at
-                    + self.json.get(self.at..)?.iter().position(|b| {
-                        matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace()
-                    })?,
-            ),
+            _ => {
+                Some(
+                    self.at
+                        + self.json.get(self.at..)?.iter().position(|b| {
+                            matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace()
+                        })?,
+                )
+            }
         }
     }
 

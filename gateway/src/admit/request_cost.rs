@@ -244,7 +244,11 @@ mod tests {
             br#"{"usage":{"prompt_tokens":1,"completion_tokens":2}} {"usage":{"prompt_tokens" :5,"total_tokens":9,"completion_tokens": 4,"prompt_tokens_details":{"created_cache_tokens":7}}}"#,
         );
         assert_eq!(
-            (scan.prompt_tokens, scan.completion_tokens, scan.cached_tokens),
+            (
+                scan.prompt_tokens,
+                scan.completion_tokens,
+                scan.cached_tokens
+            ),
             (Some(1), Some(4), None),
             "a key with a space before its colon is not read (as before); other keys are not usage"
         );
