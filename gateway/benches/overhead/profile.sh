@@ -32,12 +32,7 @@ PORT_BASE=${PORT_BASE:-18500}
 OUT=${2:-$(mktemp -d)}
 WORK=$(mktemp -d)
 PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+trap cleanup EXIT  # measure.sh's
 
 for needed in valgrind callgrind_control wrk curl python3 "$GATEWAY_BIN" \
     "$BIN/examples/plain_forwarder" "$BIN/mock-engine"; do

@@ -39,12 +39,7 @@ PORT_BASE=${PORT_BASE:-18400}
 WORK=$(mktemp -d)
 PIDS=()
 
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+trap cleanup EXIT  # measure.sh's
 
 for needed in wrk curl "$GATEWAY_BIN" "$BIN/examples/plain_forwarder" "$BIN/mock-engine"; do
     command -v "$needed" >/dev/null || { echo "missing: $needed (see the header of $0)" >&2; exit 1; }
