@@ -1,9 +1,9 @@
-# The measuring half of the overhead scripts (sourced by run.sh, side_by_side.sh and profile.sh, not
-# run): the line describing the machine, start processes and wait for their address, one wrk
-# run as one result row with the proxy's CPU per request read from /proc, and the summary
-# over rounds. The caller sets $WORK (a scratch folder), $RESULTS (the rows' file), the PIDS
-# array and the CPU placement (PROXY_CPUS, UPSTREAM_CPUS, LOAD_CPUS, WRK_THREADS), and traps
-# EXIT with cleanup (stops PIDS).
+# The measuring half of the overhead scripts (sourced by run.sh, side_by_side.sh and
+# profile.sh, not run): the line describing the machine, start processes and wait for their
+# address, one wrk run as one result row with the proxy's CPU per request read from /proc,
+# and the summary over rounds. The caller sets $WORK (a scratch folder), $RESULTS (the rows'
+# file), the PIDS array and the CPU placement (PROXY_CPUS, UPSTREAM_CPUS, LOAD_CPUS,
+# WRK_THREADS), and traps EXIT with cleanup (stops PIDS).
 
 TICKS=$(getconf CLK_TCK)
 
