@@ -46,7 +46,9 @@ B=127.0.0.1:$((PORT_BASE + 1))
 "$BIN/mock-engine" --replicas 2 --port-base "$PORT_BASE" --name A,B --profile fast \
     --model mock-model >"$WORK/replicas.log" 2>&1 &
 PIDS+=("$!")
-for _ in $(seq 1 100); do curl -fs -o /dev/null "http://$B/health" && break; sleep 0.1; done
+for replica in "$A" "$B"; do
+    for _ in $(seq 1 600); do curl -fs -o /dev/null "http://$replica/health" && break; sleep 0.1; done
+done
 
 # proxy TARGET: starts it under callgrind (instrumentation off) and sets STARTED_URL/PID.
 proxy() {
@@ -62,8 +64,23 @@ proxy() {
                 --backend "B=http://$B" --default-strategy prefix-cache \
                 --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
                 --set engine_scrape.enabled=false --set health.interval_ms=3600000 \
-                --set routing.eviction_interval_secs=3600 ;;
+                --set health.timeout_ms=60000 --set routing.eviction_interval_secs=3600
+            both_ready "$1" ;;
     esac
+}
+
+# both_ready NAME: until the gateway just started holds both replicas ready (bounded: 120 s).
+# With the probes an hour apart, a replica its first probe missed would stay out and every request
+# would take the single-replica short cut, which hashes nothing.
+both_ready() {
+    local metrics
+    for _ in $(seq 1 1200); do
+        metrics=$(grep -o "metrics on http://[0-9.:]*" "$WORK/$1.log" | head -1 | awk '{print $NF}')
+        [[ -n $metrics && $(curl -fs "$metrics/admin/replicas" | grep -o '"state":"ready"' |
+            wc -l) == 2 ]] && return 0
+        sleep 0.1
+    done
+    echo "the gateway does not hold both replicas ready; its log: $WORK/$1.log" >&2; exit 1
 }
 
 send() { # URL CASE COUNT: COUNT requests over one connection, answered one after another
