@@ -100,12 +100,6 @@ struct TopLevel<'a> {
     prompt: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(default, borrow, deserialize_with = "present")]
-    content: Option<&'a RawValue>,
-}
-
 /// `Some` for any present value, `null` included (plain `Option` would turn `null` into
 /// `None`, and a `null` content must contribute the bytes `null` to the text).
 fn present<'de, D: Deserializer<'de>>(de: D) -> Result<Option<&'de RawValue>, D::Error> {
@@ -181,7 +175,8 @@ fn span_in(body: &[u8], raw: &RawValue) -> Option<Range<usize>> {
     let part = raw.get().as_bytes();
     let start = (part.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
     let end = start.checked_add(part.len())?;
-    (body.get(start..end)? == part).then_some(start..end)
+    // The same memory, not merely equal bytes: compared by address, not byte by byte.
+    std::ptr::eq(body.get(start..end)?, part).then_some(start..end)
 }
 
 /// The message text as it is joined: built, or only measured.
@@ -219,7 +214,8 @@ fn bound(field: &'static str, raw: Option<&RawValue>) -> Result<Option<u64>, Bod
 
 fn model(raw: Option<&RawValue>) -> Result<String, BodyError> {
     let raw = raw.ok_or(BodyError::MissingModel)?;
-    let model = json_string(raw).ok_or_else(|| BodyError::field("model", "must be a string"))?;
+    let model =
+        json_string(raw.get()).ok_or_else(|| BodyError::field("model", "must be a string"))?;
     if model.is_empty() {
         return Err(BodyError::field("model", "must not be empty"));
     }
@@ -242,33 +238,26 @@ fn chat_text(raw: Option<&RawValue>, text: &mut Joined) -> Result<(), BodyError>
     if raw.get() == "null" {
         return Err(BodyError::NoMessages);
     }
-    let messages: Vec<&RawValue> = serde_json::from_str(raw.get())
-        .map_err(|_| BodyError::field("messages", "must be an array"))?;
-    if messages.is_empty() {
-        return Err(BodyError::NoMessages);
+    if !raw.get().starts_with('[') {
+        return Err(BodyError::field("messages", "must be an array"));
     }
     if let Some(text) = text.text.as_mut() {
         text.reserve(raw.get().len());
     }
-    for (i, message) in messages.into_iter().enumerate() {
-        if !message.get().starts_with('{') {
-            return Err(BodyError::field(
-                "messages",
-                format!("element {i} must be an object"),
-            ));
-        }
-        let message: Message<'_> = serde_json::from_str(message.get())
-            .map_err(|e| BodyError::field("messages", format!("element {i}: {e}")))?;
+    let count = messages::contents(raw.get(), |i, content| {
         if i > 0 {
             text.push(" ");
         }
-        if let Some(content) = message.content {
+        if let Some(content) = content {
             match json_string(content) {
                 Some(s) => text.push(&s),
                 // Non-string content is hashed as sent, so no re-serialisation can change it.
-                None => text.push(content.get()),
+                None => text.push(content),
             }
         }
+    })?;
+    if count == 0 {
+        return Err(BodyError::NoMessages);
     }
     Ok(())
 }
@@ -284,7 +273,7 @@ const PROMPT_FORMS: &str =
 
 fn prompt(raw: Option<&RawValue>) -> Result<Prompt, BodyError> {
     let raw = raw.ok_or_else(|| BodyError::field("prompt", "is required"))?;
-    if let Some(text) = json_string(raw) {
+    if let Some(text) = json_string(raw.get()) {
         return Ok(Prompt::Text(text.into_owned()));
     }
     let items: Vec<&RawValue> =
@@ -294,7 +283,7 @@ fn prompt(raw: Option<&RawValue>) -> Result<Prompt, BodyError> {
     };
     let first = first.get();
     if first.starts_with('"') {
-        let mut texts = items.iter().map(|item| json_string(item));
+        let mut texts = items.iter().map(|item| json_string(item.get()));
         let Some(Some(text)) = texts.next() else {
             return Err(BodyError::field("prompt", PROMPT_FORMS));
         };
@@ -326,20 +315,23 @@ fn prompt(raw: Option<&RawValue>) -> Result<Prompt, BodyError> {
     Ok(Prompt::Tokens(ids))
 }
 
-/// The unescaped string when `raw` is a JSON string, borrowed when it has no escapes.
-fn json_string(raw: &RawValue) -> Option<Cow<'_, str>> {
-    let json = raw.get();
+/// The unescaped string when `json` (validated JSON) is a JSON string, borrowed when it has no escapes.
+fn json_string(json: &str) -> Option<Cow<'_, str>> {
     if !json.starts_with('"') {
         return None;
     }
     // A raw value is JSON the parser has validated: a string with no backslash has no
-    // escapes, so its text is what lies between the quotes, found without a second scan of
-    // it (the prompt is most of the body).
-    if !json.contains('\\') {
+    // escapes, so its text is what lies between the quotes, found without a second parse
+    // of it; the backslash is looked for with memchr's vectorised search, not core's
+    // word-at-a-time one (the prompt is most of the body).
+    if memchr::memchr(b'\\', json.as_bytes()).is_none() {
         return json.get(1..json.len() - 1).map(Cow::Borrowed);
     }
     serde_json::from_str::<String>(json).ok().map(Cow::Owned)
 }
+
+#[path = "text_messages.rs"]
+mod messages;
 
 #[cfg(test)]
 #[path = "text_tests.rs"]

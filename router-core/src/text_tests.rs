@@ -186,12 +186,45 @@ fn malformed_bodies_are_invalid_json() {
 
 #[test]
 fn strings_without_escapes_are_borrowed() {
-    let raw: &RawValue = serde_json::from_str(r#""plain""#).unwrap();
-    assert!(matches!(json_string(raw), Some(Cow::Borrowed("plain"))));
-    let raw: &RawValue = serde_json::from_str(r#""a\nb""#).unwrap();
-    assert_eq!(json_string(raw).as_deref(), Some("a\nb"));
-    let raw: &RawValue = serde_json::from_str("12").unwrap();
-    assert_eq!(json_string(raw), None);
+    assert!(matches!(
+        json_string(r#""plain""#),
+        Some(Cow::Borrowed("plain"))
+    ));
+    assert_eq!(json_string(r#""a\nb""#).as_deref(), Some("a\nb"));
+    assert_eq!(json_string("12"), None);
+}
+
+/// The messages are walked over the validated bytes, not parsed again: the walk must read
+/// them as serde did (escaped keys, nested values holding brackets and quotes in strings,
+/// whitespace anywhere, a second `content` refused).
+#[test]
+fn the_messages_walk_reads_what_serde_reads() {
+    let text = |body: &str| chat(body).map(|fields| fields.text);
+    assert_eq!(
+        text(
+            r#"{"model":"m","messages":[ {"con\u0074ent" : "a" , "role":"user"} ,
+            {"tool_calls":[{"f":"}]\"{["}],"content":{"k":[1,"]}"]}},
+            {"name":"x\\","content":"b\"c"},{},{"content":null},{"content":-1.5e3}]}"#
+        ),
+        Ok(r#"a {"k":[1,"]}"]} b"c  null -1.5e3"#.to_owned())
+    );
+    for body in [
+        r#"{"model":"m","messages":[{"content":"a","content":"b"}]}"#,
+        r#"{"model":"m","messages":[{"content":"a","con\u0074ent":"b"}]}"#,
+        r#"{"model":"m","messages":[{"content":"a"},[]]}"#,
+        r#"{"model":"m","messages":[null]}"#,
+    ] {
+        assert!(
+            matches!(
+                chat(body),
+                Err(BodyError::InvalidField {
+                    field: "messages",
+                    ..
+                })
+            ),
+            "{body}"
+        );
+    }
 }
 
 #[test]
@@ -271,4 +304,64 @@ fn unknown_fields_are_ignored() {
         completion(r#"{"model":"m","prompt":"p","max_tokens":5,"extra":{"deep":[1,{"x":null}]}}"#)
             .unwrap();
     assert_eq!(fields.text, "p");
+}
+
+/// Strings drawn from the bytes the walk treats specially (quotes, backslashes, brackets,
+/// commas, colons, whitespace) and non-ASCII.
+fn json_text() -> proptest::strategy::BoxedStrategy<String> {
+    use proptest::strategy::Strategy;
+    proptest::string::string_regex(r#"[a-c"\\\[\]{},: \n\té]{0,6}"#)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .boxed()
+}
+
+/// Any JSON value, nested a few levels.
+fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i32>().prop_map(serde_json::Value::from),
+        (-1e6f64..1e6).prop_map(serde_json::Value::from),
+        json_text().prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+            proptest::collection::btree_map(json_text(), inner, 0..4)
+                .prop_map(|map| serde_json::Value::Object(map.into_iter().collect())),
+        ]
+    })
+}
+
+proptest::proptest! {
+    /// The walk over the validated bytes joins exactly what serde_json reads in the same
+    /// messages: each `content` unescaped when a string, else its JSON as written.
+    #[test]
+    fn the_messages_walk_joins_what_serde_json_reads(
+        messages in proptest::collection::vec(
+            proptest::collection::btree_map(
+                proptest::sample::select(vec!["content", "role", "name", "tool_calls"]),
+                json_value(),
+                0..4,
+            ),
+            1..4,
+        ),
+    ) {
+        let messages: Vec<serde_json::Value> = messages
+            .into_iter()
+            .map(|m| serde_json::Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()))
+            .collect();
+        let expected: Vec<String> = messages
+            .iter()
+            .map(|m| match m.get("content") {
+                None => String::new(),
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+            })
+            .collect();
+        let body = serde_json::json!({"model": "m", "messages": messages}).to_string();
+        let fields = chat(&body).map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{e}")))?;
+        proptest::prop_assert_eq!(fields.text, expected.join(" "));
+    }
 }

@@ -1,11 +1,17 @@
-# The measuring half of the overhead scripts (sourced by run.sh and side_by_side.sh, not
-# run): the line describing the machine, start processes and wait for their address, one wrk
-# run as one result row with the proxy's CPU per request read from /proc, and the summary
-# over rounds. The caller sets $WORK (a scratch folder), $RESULTS (the rows' file), the PIDS
-# array and the CPU placement (PROXY_CPUS, UPSTREAM_CPUS, LOAD_CPUS, WRK_THREADS), and stops
-# PIDS on exit.
+# The measuring half of the overhead scripts (sourced by run.sh, side_by_side.sh and
+# profile.sh, not run): the line describing the machine, start processes and wait for their
+# address, one wrk run as one result row with the proxy's CPU per request read from /proc,
+# and the summary over rounds. The caller sets $WORK (a scratch folder), $RESULTS (the rows'
+# file), the PIDS array and the CPU placement (PROXY_CPUS, UPSTREAM_CPUS, LOAD_CPUS,
+# WRK_THREADS), and traps EXIT with cleanup (stops PIDS).
 
 TICKS=$(getconf CLK_TCK)
+
+cleanup() { # on exit: stop the processes in PIDS, wait for them, remove $WORK
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
 
 describe_machine() { # the first line of every result: when, on what, how loaded, pinned how
     echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg), PIN=${PIN:-0} (proxy ${PROXY_CPUS}, upstream ${UPSTREAM_CPUS}, wrk ${LOAD_CPUS} with ${WRK_THREADS} threads)"

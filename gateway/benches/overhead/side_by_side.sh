@@ -22,8 +22,9 @@
 #
 # Defaults: 4 s per run, 2 rounds, concurrencies "1 32". BASELINE_BIN adds a second prefixgate
 # (target `baseline`, e.g. the build before a change); ROUTERS (default "sglang vllm") picks
-# the peers; PORT_BASE (default 18400) the first of the fixed ports the peers need; PIN and
-# the *_CPUS variables as in run.sh. Raw rows go to stdout as they finish, then the summary.
+# the peers, and `ROUTERS=` (empty) none: direct, the forwarder and prefixgate only;
+# PORT_BASE (default 18400) the first of the fixed ports the peers need; PIN and the *_CPUS
+# variables as in run.sh. Raw rows go to stdout as they finish, then the summary.
 set -euo pipefail
 
 SECONDS_PER_RUN=${1:-4}
@@ -33,17 +34,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 GATEWAY_BIN=${GATEWAY_BIN:-$BIN/prefixgate}
-ROUTERS=${ROUTERS:-"sglang vllm"}
+ROUTERS=${ROUTERS-"sglang vllm"}
 PORT_BASE=${PORT_BASE:-18400}
 WORK=$(mktemp -d)
 PIDS=()
 
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+trap cleanup EXIT  # measure.sh's
 
 for needed in wrk curl "$GATEWAY_BIN" "$BIN/examples/plain_forwarder" "$BIN/mock-engine"; do
     command -v "$needed" >/dev/null || { echo "missing: $needed (see the header of $0)" >&2; exit 1; }
@@ -58,7 +54,7 @@ WRK_THREADS=${WRK_THREADS:-1}
 source "$HERE/measure.sh"
 # shellcheck source=loadgen/peers/peers.sh
 source "$ROOT/loadgen/peers/peers.sh"
-[[ -n $ROUTERS ]] && peers_venv
+if [[ -n $ROUTERS ]]; then peers_venv; fi
 
 wait_http() { # URL: until it answers 2xx (bounded: 60 s)
     for _ in $(seq 1 600); do

@@ -71,16 +71,24 @@ pub struct UsageScan {
 }
 
 impl UsageScan {
-    /// Notes the usage numbers in one body frame (the last occurrence wins).
+    /// Notes the usage numbers in one body frame (the last number given wins). Every key
+    /// ends in `_tokens":`, so one forward pass of memchr's vectorised search finds them all
+    /// (most frames, every token chunk of a stream, hold none); the word before tells which.
     pub fn observe(&mut self, frame: &[u8]) {
-        if let Some(n) = last_number_after(frame, b"\"prompt_tokens\":") {
-            self.prompt_tokens = Some(n);
-        }
-        if let Some(n) = last_number_after(frame, b"\"completion_tokens\":") {
-            self.completion_tokens = Some(n);
-        }
-        if let Some(n) = last_number_after(frame, b"\"cached_tokens\":") {
-            self.cached_tokens = Some(n);
+        for at in memchr::memmem::find_iter(frame, USAGE_KEY_END) {
+            let (key, rest) = frame.split_at(at);
+            let field = if key.ends_with(b"\"prompt") {
+                &mut self.prompt_tokens
+            } else if key.ends_with(b"\"completion") {
+                &mut self.completion_tokens
+            } else if key.ends_with(b"\"cached") {
+                &mut self.cached_tokens
+            } else {
+                continue;
+            };
+            if let Some(n) = rest.get(USAGE_KEY_END.len()..).and_then(leading_number) {
+                *field = Some(n);
+            }
         }
     }
 
@@ -106,13 +114,13 @@ impl UsageScan {
     }
 }
 
-/// The integer after the last `key` in `haystack` (JSON whitespace allowed before it).
-fn last_number_after(haystack: &[u8], key: &[u8]) -> Option<u64> {
-    let start = haystack
-        .windows(key.len())
-        .rposition(|window| window == key)?
-        + key.len();
-    let rest = haystack.get(start..)?;
+/// How each usage key (`"prompt_tokens":` and the others) ends: `"` then `:`, which text
+/// inside a JSON string cannot hold unescaped, so generated text never matches.
+const USAGE_KEY_END: &[u8] = b"_tokens\":";
+
+/// The integer at the start of `rest` (JSON whitespace allowed before it); `None` for
+/// anything else (`null`) or a number too large for `u64`.
+fn leading_number(rest: &[u8]) -> Option<u64> {
     let digits = rest
         .iter()
         .skip_while(|b| b.is_ascii_whitespace())
@@ -226,6 +234,23 @@ mod tests {
         assert_eq!(
             scan.completion_tokens, None,
             "an overflowing number is no number"
+        );
+    }
+
+    #[test]
+    fn the_last_number_given_wins_and_other_token_keys_are_not_usage() {
+        let mut scan = UsageScan::default();
+        scan.observe(
+            br#"{"usage":{"prompt_tokens":1,"completion_tokens":2}} {"usage":{"prompt_tokens" :5,"total_tokens":9,"completion_tokens": 4,"prompt_tokens_details":{"created_cache_tokens":7}}}"#,
+        );
+        assert_eq!(
+            (
+                scan.prompt_tokens,
+                scan.completion_tokens,
+                scan.cached_tokens
+            ),
+            (Some(1), Some(4), None),
+            "a key with a space before its colon is not read (as before); other keys are not usage"
         );
     }
 
