@@ -80,6 +80,7 @@ async fn serve(
         state.settings.resume.enabled,
         endpoint,
         &parts.headers,
+        prepared.fields.stream,
         &bytes,
     )?;
     let outgoing = Outgoing::prepare(&parts, bytes, request_id);

@@ -40,6 +40,7 @@ pub fn plan(
     enabled: bool,
     endpoint: Endpoint,
     headers: &HeaderMap,
+    streamed: bool,
     body: &[u8],
 ) -> Result<Option<Plan>, GatewayError> {
     let wanted = match headers.get(&RESUME_HEADER) {
@@ -58,7 +59,9 @@ pub fn plan(
             }
         },
     };
-    if !wanted {
+    // The routing parse already read `stream`: an answer that is not streamed cannot be
+    // resumed, and its body need not be parsed again.
+    if !wanted || !streamed {
         return Ok(None);
     }
     let shape = match endpoint {
@@ -79,9 +82,6 @@ pub fn plan(
 /// Why `body` cannot be resumed, if it cannot.
 fn not_resumable(shape: Shape, body: &Map<String, Value>) -> Option<&'static str> {
     let set = |key: &str| body.get(key).is_some_and(|v| !v.is_null() && *v != false);
-    if body.get("stream") != Some(&Value::Bool(true)) {
-        return Some("not streamed");
-    }
     if ["logprobs", "top_logprobs", "prompt_logprobs"]
         .iter()
         .any(|key| set(key))
@@ -133,13 +133,17 @@ fn not_resumable(shape: Shape, body: &Map<String, Value>) -> Option<&'static str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use router_core::text::Text;
 
     fn planned(endpoint: Endpoint, header: Option<&str>, body: &str) -> Option<Plan> {
         let mut headers = HeaderMap::new();
         if let Some(value) = header {
             headers.insert(RESUME_HEADER, value.parse().unwrap());
         }
-        plan(false, endpoint, &headers, body.as_bytes()).unwrap()
+        // `stream` as the routing parse reads it, which the gateway hands the plan.
+        let streamed = crate::request::parse::fields(endpoint, body.as_bytes(), Text::Build)
+            .is_ok_and(|fields| fields.stream);
+        plan(false, endpoint, &headers, streamed, body.as_bytes()).unwrap()
     }
 
     const CHAT: &str = r#""model":"m","messages":[{"role":"user","content":"hi"}],"stream":true"#;
@@ -151,10 +155,24 @@ mod tests {
         assert!(planned(Endpoint::ChatCompletions, Some("on"), &body).is_some());
         let mut headers = HeaderMap::new();
         headers.insert(RESUME_HEADER, "off".parse().unwrap());
-        let off = plan(true, Endpoint::ChatCompletions, &headers, body.as_bytes()).unwrap();
+        let off = plan(
+            true,
+            Endpoint::ChatCompletions,
+            &headers,
+            true,
+            body.as_bytes(),
+        )
+        .unwrap();
         assert!(off.is_none());
         headers.insert(RESUME_HEADER, "maybe".parse().unwrap());
-        let error = plan(true, Endpoint::ChatCompletions, &headers, body.as_bytes()).unwrap_err();
+        let error = plan(
+            true,
+            Endpoint::ChatCompletions,
+            &headers,
+            true,
+            body.as_bytes(),
+        )
+        .unwrap_err();
         assert_eq!(error.status(), http::StatusCode::BAD_REQUEST);
         assert!(error.to_string().contains("x-prefixgate-resume"), "{error}");
     }
