@@ -44,25 +44,31 @@ const CHAT_TEXT: &str = "The gateway routes each request to the replica that hol
 /// start cold on a replica that served them before.
 pub fn exchanges(model: &str, nonce: &str) -> Vec<Exchange> {
     let text = format!("{nonce} {CHAT_TEXT}");
-    let chat = |stream: bool| {
+    // A stream's usage: the closing block, and with `counted` the running count in every
+    // chunk (what the gateway asks of a resumable stream).
+    let usage = |body: &mut Value, stream: bool, counted: bool| {
+        if stream {
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        if counted {
+            body["stream_options"]["continuous_usage_stats"] = json!(true);
+        }
+    };
+    let chat = |stream: bool, counted: bool| {
         let mut body = json!({
             "model": model,
             "messages": [{"role": "system", "content": text}, {"role": "user", "content": "Why?"}],
             "max_tokens": 4, "ignore_eos": true, "temperature": 0, "stream": stream,
         });
-        if stream {
-            body["stream_options"] = json!({"include_usage": true});
-        }
+        usage(&mut body, stream, counted);
         body
     };
-    let completion = |stream: bool| {
+    let completion = |stream: bool, counted: bool| {
         let mut body = json!({
             "model": model, "prompt": text, "max_tokens": 4, "ignore_eos": true,
             "temperature": 0, "stream": stream,
         });
-        if stream {
-            body["stream_options"] = json!({"include_usage": true});
-        }
+        usage(&mut body, stream, counted);
         body
     };
     let post = |name, path, body| Exchange {
@@ -78,12 +84,26 @@ pub fn exchanges(model: &str, nonce: &str) -> Vec<Exchange> {
         body: None,
     };
     vec![
-        post("chat", "/v1/chat/completions", chat(false)),
+        post("chat", "/v1/chat/completions", chat(false, false)),
         // The same prompt again: its blocks are cached now.
-        post("chat_cached", "/v1/chat/completions", chat(false)),
-        post("chat_stream", "/v1/chat/completions", chat(true)),
-        post("completion", "/v1/completions", completion(false)),
-        post("completion_stream", "/v1/completions", completion(true)),
+        post("chat_cached", "/v1/chat/completions", chat(false, false)),
+        post("chat_stream", "/v1/chat/completions", chat(true, false)),
+        post(
+            "chat_stream_counted",
+            "/v1/chat/completions",
+            chat(true, true),
+        ),
+        post("completion", "/v1/completions", completion(false, false)),
+        post(
+            "completion_stream",
+            "/v1/completions",
+            completion(true, false),
+        ),
+        post(
+            "completion_stream_counted",
+            "/v1/completions",
+            completion(true, true),
+        ),
         post(
             "error_unknown_model",
             "/v1/chat/completions",

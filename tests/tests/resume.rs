@@ -310,6 +310,54 @@ async fn a_completion_stream_whose_replica_is_killed_completes_on_the_other() {
     gateway.shutdown().await;
 }
 
+/// The gateway asks the engine for its running count (`continuous_usage_stats`) to size a
+/// continuation; a client that asked for no usage sees none, before the break or after.
+#[tokio::test]
+async fn a_resumed_stream_shows_no_usage_the_client_did_not_ask_for() {
+    let body = serde_json::json!({
+        "model": MOCK_MODEL,
+        "prompt": "once upon a time",
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": true,
+        "stream": true,
+    });
+    let (text, client, gateway) =
+        killed_midway("/v1/completions", body.to_string(), &[], |_| {}).await;
+    let events = payloads(&text);
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    assert_eq!(token_chunks(&events), MAX_TOKENS as usize);
+    assert!(
+        events.iter().all(|e| e.get("usage").is_none()),
+        "no usage: {text}"
+    );
+    assert_eq!(resumes(&client, &gateway, "resumed").await, 1.0);
+    gateway.shutdown().await;
+}
+
+/// A client that asked for the running count gets it in every chunk, counting on across the
+/// break as one answer's: 0 in the role chunk, then 1, 2, … `MAX_TOKENS`.
+#[tokio::test]
+async fn a_running_count_the_client_asked_for_counts_on_across_the_break() {
+    let body = chat(serde_json::json!({
+        "stream_options": {"include_usage": true, "continuous_usage_stats": true},
+    }));
+    let (text, client, gateway) = killed_midway("/v1/chat/completions", body, &[], |_| {}).await;
+    let events = payloads(&text);
+    let counts: Vec<u64> = events
+        .iter()
+        .filter(|e| !e["choices"].as_array().is_some_and(Vec::is_empty))
+        .map(|e| {
+            e["usage"]["completion_tokens"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("a running count: {e}"))
+        })
+        .collect();
+    let expected: Vec<u64> = (0..=u64::from(MAX_TOKENS)).collect();
+    assert_eq!(counts, expected, "{text}");
+    assert_eq!(resumes(&client, &gateway, "resumed").await, 1.0);
+    gateway.shutdown().await;
+}
+
 /// The stream ended with the gateway's SSE error event and `[DONE]`, cut short.
 #[track_caller]
 fn assert_clean_error(text: &str, message: &str) {

@@ -83,6 +83,11 @@ async fn serve(
         prepared.fields.stream,
         &bytes,
     )?;
+    // A resumable request goes upstream asking for the engine's running token count.
+    let bytes = plan
+        .as_ref()
+        .and_then(resume::plan::Plan::upstream_body)
+        .unwrap_or(bytes);
     let outgoing = Outgoing::prepare(&parts, bytes, request_id);
     // A resumable request keeps what it sent, for its continuations.
     let resume = plan.map(|plan| {

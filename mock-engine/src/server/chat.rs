@@ -2,14 +2,17 @@
 //!
 //! Streamed chunks are `model_dump_json(exclude_unset=True)`: the role chunk carries
 //! `{"role":"assistant","content":""}` and, after its choice, `"prompt_token_ids":null,
-//! "prompt_text":null`; token chunks carry `content` and `"token_ids":null`; only the last
+//! "prompt_text":null`; token chunks carry `content` and `"token_ids":null`; with
+//! `continuous_usage_stats` every chunk has the running `usage` right after its choice; only the last
 //! token's chunk has `stop_reason` (set with `finish_reason`), and the stream's last chunk
 //! before `[DONE]` (that one, or the usage chunk) the `system_fingerprint`. The non-streamed
 //! body is a full dump, so every optional field is present as `null`.
 
 use serde::Serialize;
 
-use super::envelope::{FullUsage, ResponseMeta, SYSTEM_FINGERPRINT, UsageCounts, to_json};
+use super::envelope::{
+    FullUsage, ResponseMeta, RunningUsage, SYSTEM_FINGERPRINT, UsageCounts, to_json,
+};
 use super::single_choice::SingleChoice;
 
 /// `object` of a streamed chat chunk.
@@ -32,6 +35,8 @@ struct RoleDelta {
 /// What follows the role chunk's choice.
 #[derive(Serialize)]
 struct RoleTail {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<RunningUsage>,
     prompt_token_ids: Option<()>,
     prompt_text: Option<()>,
 }
@@ -56,11 +61,14 @@ struct TokenDelta<'a> {
 #[derive(Serialize)]
 struct TokenTail {
     #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<RunningUsage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     system_fingerprint: Option<&'static str>,
 }
 
 /// The first chunk of a stream, sent together with the first token.
-pub fn role_chunk(meta: &ResponseMeta) -> String {
+/// `usage`: the running count (none yet), with `continuous_usage_stats`.
+pub fn role_chunk(meta: &ResponseMeta, usage: Option<RunningUsage>) -> String {
     let choice = RoleChoice {
         index: 0,
         delta: RoleDelta {
@@ -71,15 +79,22 @@ pub fn role_chunk(meta: &ResponseMeta) -> String {
         finish_reason: None,
     };
     let tail = RoleTail {
+        usage: usage.map(RunningUsage::for_chat),
         prompt_token_ids: None,
         prompt_text: None,
     };
     to_json(&SingleChoice::new(meta, CHUNK_OBJECT, choice, tail))
 }
 
-/// One token's chunk; `finish` is set on the last token, and `last` when no usage chunk
-/// follows it.
-pub fn token_chunk(meta: &ResponseMeta, text: &str, finish: Option<&str>, last: bool) -> String {
+/// One token's chunk; `finish` is set on the last token, `last` when no usage chunk
+/// follows it, and `usage` (the running count) with `continuous_usage_stats`.
+pub fn token_chunk(
+    meta: &ResponseMeta,
+    text: &str,
+    finish: Option<&str>,
+    last: bool,
+    usage: Option<RunningUsage>,
+) -> String {
     let choice = TokenChoice {
         index: 0,
         delta: TokenDelta { content: text },
@@ -90,6 +105,7 @@ pub fn token_chunk(meta: &ResponseMeta, text: &str, finish: Option<&str>, last: 
         token_ids: None,
     };
     let tail = TokenTail {
+        usage: usage.map(RunningUsage::for_chat),
         system_fingerprint: last.then_some(SYSTEM_FINGERPRINT),
     };
     to_json(&SingleChoice::new(meta, CHUNK_OBJECT, choice, tail))
@@ -179,16 +195,29 @@ mod tests {
     #[test]
     fn chunks_match_vllm() {
         assert_eq!(
-            role_chunk(&meta()),
+            role_chunk(&meta(), None),
             r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}"#
         );
         assert_eq!(
-            token_chunk(&meta(), " foo", None, false),
+            token_chunk(&meta(), " foo", None, false, None),
             r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":" foo"},"logprobs":null,"finish_reason":null,"token_ids":null}]}"#
         );
         assert_eq!(
-            token_chunk(&meta(), " end", Some("length"), true),
+            token_chunk(&meta(), " end", Some("length"), true, None),
             r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":" end"},"logprobs":null,"finish_reason":"length","stop_reason":null,"token_ids":null}],"system_fingerprint":"vllm-0.32.0-6d6f636b"}"#
+        );
+    }
+
+    /// As vLLM 0.32 wrote them with `continuous_usage_stats` (a live replica's stream).
+    #[test]
+    fn chunks_with_the_running_count_match_vllm() {
+        assert_eq!(
+            role_chunk(&meta(), Some(RunningUsage::after(10, 0))),
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"usage":{"prompt_tokens":10,"total_tokens":10,"completion_tokens":0,"completion_tokens_details":null},"prompt_token_ids":null,"prompt_text":null}"#
+        );
+        assert_eq!(
+            token_chunk(&meta(), "ay", None, false, Some(RunningUsage::after(10, 1))),
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":"ay"},"logprobs":null,"finish_reason":null,"token_ids":null}],"usage":{"prompt_tokens":10,"total_tokens":11,"completion_tokens":1,"completion_tokens_details":null}}"#
         );
     }
 

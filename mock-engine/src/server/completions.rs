@@ -1,13 +1,16 @@
 //! `/v1/completions` response shapes, as vLLM 0.32 writes them.
 //!
 //! Streamed chunks carry every choice field (`stop_reason`, `prompt_token_ids` and
-//! `token_ids` as null) and no `usage`; there is no role chunk, and the stream's last chunk
+//! `token_ids` as null) and no `usage` unless `continuous_usage_stats` asks for the running
+//! count after the choice; there is no role chunk, and the stream's last chunk
 //! before `[DONE]` (the finishing one, or the usage chunk) carries the
 //! `system_fingerprint`. The non-streamed body is a full dump.
 
 use serde::Serialize;
 
-use super::envelope::{FullUsage, ResponseMeta, SYSTEM_FINGERPRINT, UsageCounts, to_json};
+use super::envelope::{
+    FullUsage, ResponseMeta, RunningUsage, SYSTEM_FINGERPRINT, UsageCounts, to_json,
+};
 use super::single_choice::SingleChoice;
 
 /// `object` of completion bodies and chunks.
@@ -16,6 +19,8 @@ pub const OBJECT: &str = "text_completion";
 /// What follows a chunk's choice: the fingerprint, on the stream's last chunk only.
 #[derive(Serialize)]
 struct ChunkTail {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<RunningUsage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     system_fingerprint: Option<&'static str>,
 }
@@ -31,9 +36,15 @@ struct ChunkChoice<'a> {
     token_ids: Option<()>,
 }
 
-/// One token's chunk; `finish` is set on the last token, and `last` when no usage chunk
-/// follows it.
-pub fn token_chunk(meta: &ResponseMeta, text: &str, finish: Option<&str>, last: bool) -> String {
+/// One token's chunk; `finish` is set on the last token, `last` when no usage chunk
+/// follows it, and `usage` (the running count) with `continuous_usage_stats`.
+pub fn token_chunk(
+    meta: &ResponseMeta,
+    text: &str,
+    finish: Option<&str>,
+    last: bool,
+    usage: Option<RunningUsage>,
+) -> String {
     let choice = ChunkChoice {
         index: 0,
         text,
@@ -44,6 +55,7 @@ pub fn token_chunk(meta: &ResponseMeta, text: &str, finish: Option<&str>, last: 
         token_ids: None,
     };
     let tail = ChunkTail {
+        usage,
         system_fingerprint: last.then_some(SYSTEM_FINGERPRINT),
     };
     to_json(&SingleChoice::new(meta, OBJECT, choice, tail))
@@ -112,12 +124,21 @@ mod tests {
     #[test]
     fn chunk_matches_vllm() {
         assert_eq!(
-            token_chunk(&meta(), " x", None, false),
+            token_chunk(&meta(), " x", None, false, None),
             r#"{"id":"cmpl-1","object":"text_completion","created":7,"model":"m","choices":[{"index":0,"text":" x","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}"#
         );
         assert_eq!(
-            token_chunk(&meta(), " y", Some("length"), true),
+            token_chunk(&meta(), " y", Some("length"), true, None),
             r#"{"id":"cmpl-1","object":"text_completion","created":7,"model":"m","choices":[{"index":0,"text":" y","logprobs":null,"finish_reason":"length","stop_reason":null,"prompt_token_ids":null,"token_ids":null}],"system_fingerprint":"vllm-0.32.0-6d6f636b"}"#
+        );
+    }
+
+    /// As vLLM 0.32 wrote it with `continuous_usage_stats` (a live replica's stream).
+    #[test]
+    fn chunk_with_the_running_count_matches_vllm() {
+        assert_eq!(
+            token_chunk(&meta(), "le", None, false, Some(RunningUsage::after(2, 2))),
+            r#"{"id":"cmpl-1","object":"text_completion","created":7,"model":"m","choices":[{"index":0,"text":"le","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}],"usage":{"prompt_tokens":2,"total_tokens":4,"completion_tokens":2}}"#
         );
     }
 

@@ -93,6 +93,38 @@ pub struct StreamUsage {
     pub prompt_tokens_details: StreamDetails,
 }
 
+/// `usage` in every chunk of a stream with `continuous_usage_stats`: the counts so far,
+/// without details; chat writes `"completion_tokens_details":null` after them,
+/// completions nothing.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RunningUsage {
+    pub prompt_tokens: u32,
+    pub total_tokens: u32,
+    pub completion_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<Option<()>>,
+}
+
+impl RunningUsage {
+    /// The counts after `completion_tokens` tokens of a `prompt_tokens`-token prompt.
+    pub fn after(prompt_tokens: u32, completion_tokens: u32) -> Self {
+        RunningUsage {
+            prompt_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            completion_tokens,
+            completion_tokens_details: None,
+        }
+    }
+
+    /// As chat writes it.
+    pub fn for_chat(self) -> Self {
+        RunningUsage {
+            completion_tokens_details: Some(None),
+            ..self
+        }
+    }
+}
+
 impl UsageCounts {
     pub fn full(&self) -> FullUsage {
         FullUsage {

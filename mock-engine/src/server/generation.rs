@@ -120,6 +120,7 @@ async fn generate(
         endpoint,
         meta: ResponseMeta::new(prefix, request_id, &model),
         include_usage: params.include_usage,
+        continuous_usage: params.continuous_usage,
         block_size: u32::try_from(replica.block_size).unwrap_or(u32::MAX),
         abort_after: failure.abort_after,
     };

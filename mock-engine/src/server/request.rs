@@ -45,6 +45,9 @@ pub struct GenerationParams {
     pub stream: bool,
     /// `stream_options.include_usage`.
     pub include_usage: bool,
+    /// `stream_options.continuous_usage_stats`, counted only with `include_usage` (vLLM's
+    /// rule).
+    pub continuous_usage: bool,
     pub ignore_eos: bool,
 }
 
@@ -75,10 +78,12 @@ pub fn parse_generation(endpoint: Endpoint, body: &[u8]) -> Result<GenerationPar
         )));
     }
     let stream = optional_bool(&fields, "stream")?.unwrap_or(false);
-    let include_usage = match fields.get("stream_options") {
-        None | Some(Value::Null) => false,
+    let (include_usage, continuous_usage) = match fields.get("stream_options") {
+        None | Some(Value::Null) => (false, false),
         Some(Value::Object(options)) => {
-            optional_bool(options, "include_usage")?.unwrap_or(true) && stream
+            let include = optional_bool(options, "include_usage")?.unwrap_or(true) && stream;
+            let continuous = optional_bool(options, "continuous_usage_stats")?.unwrap_or(false);
+            (include, include && continuous)
         }
         Some(other) => {
             return Err(wrong_type(
@@ -96,6 +101,7 @@ pub fn parse_generation(endpoint: Endpoint, body: &[u8]) -> Result<GenerationPar
         max_tokens,
         stream,
         include_usage,
+        continuous_usage,
         ignore_eos,
     })
 }

@@ -4,7 +4,8 @@
 //! Wire format (reference §1.3–1.4): every event is `data: <json>\n\n` and the stream ends
 //! with `data: [DONE]\n\n`. Chat sends the role chunk together with the first token (both at
 //! TTFT); completions have no role chunk. The last token's chunk carries `finish_reason`; a
-//! usage chunk with `choices: []` follows when `stream_options.include_usage` is set.
+//! usage chunk with `choices: []` follows when `stream_options.include_usage` is set, and
+//! with `continuous_usage_stats` too every chunk carries the running count.
 //!
 //! The body owns the request's [`Submission`], so a client that goes away (hyper drops the
 //! body) aborts the request in the model. An injected `abort-after=N` ends the body with an
@@ -18,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 
 use super::engine_driver::Submission;
-use super::envelope::{ResponseMeta, UsageCounts, usage_chunk};
+use super::envelope::{ResponseMeta, RunningUsage, UsageCounts, usage_chunk};
 use super::request::Endpoint;
 use super::{chat, completions};
 use crate::model::{FinishReason, TokenOutput};
@@ -30,6 +31,8 @@ pub struct ResponsePlan {
     pub endpoint: Endpoint,
     pub meta: ResponseMeta,
     pub include_usage: bool,
+    /// `continuous_usage_stats` (with `include_usage`): the running count in every chunk.
+    pub continuous_usage: bool,
     /// Tokens per KV block, for chat's `created_cache_tokens`.
     pub block_size: u32,
     /// Injected: drop the connection after this many tokens.
@@ -99,14 +102,21 @@ fn encode_token_events(plan: &ResponsePlan, token: &TokenOutput) -> Bytes {
     };
     // The stream's last chunk before [DONE] carries the fingerprint.
     let last = finish.is_some() && !plan.include_usage;
+    let running = |done: u32| {
+        plan.continuous_usage
+            .then(|| RunningUsage::after(token.prompt_tokens, done))
+    };
+    let counted = running(token.index + 1);
     match plan.endpoint {
         Endpoint::Chat => {
             if token.index == 0 {
-                event(&chat::role_chunk(&plan.meta));
+                event(&chat::role_chunk(&plan.meta, running(0)));
             }
-            event(&chat::token_chunk(&plan.meta, &text, finish, last));
+            event(&chat::token_chunk(&plan.meta, &text, finish, last, counted));
         }
-        Endpoint::Completions => event(&completions::token_chunk(&plan.meta, &text, finish, last)),
+        Endpoint::Completions => event(&completions::token_chunk(
+            &plan.meta, &text, finish, last, counted,
+        )),
     }
     if token.finish.is_some() {
         if plan.include_usage {

@@ -189,13 +189,22 @@ impl Leaving {
     /// `case` names the replica, the gateway and the prompt family; `extra` is TOML appended
     /// to the gateway's configuration.
     pub(super) async fn start(fleet: &Fleet, case: &str, extra: &str) -> Leaving {
+        Self::start_with(fleet, case, extra, &Self::long_chat(case)).await
+    }
+
+    /// The request `start` streams: a chat of [`prompts::LONG`] tokens in `case`'s family.
+    pub(super) fn long_chat(case: &str) -> String {
+        prompts::chat(&prompts::family(case), "Go on.", prompts::LONG, true)
+    }
+
+    /// As `start`, streaming `body`.
+    pub(super) async fn start_with(fleet: &Fleet, case: &str, extra: &str, body: &str) -> Leaving {
         let replica = OwnReplica::start(fleet, &format!("vllm-{case}")).await;
         let gateway = Gateway::start(fleet, case, &[&replica.backend], extra).await;
         let client = Client::new();
-        let body = prompts::chat(&prompts::family(case), "Go on.", prompts::LONG, true);
         let mut stream = Stream::new(
             gateway
-                .post_streaming(&client, "/v1/chat/completions", &[], &body)
+                .post_streaming(&client, "/v1/chat/completions", &[], body)
                 .await,
         );
         assert_eq!(stream.target_pod, replica.backend.name);

@@ -1,7 +1,8 @@
 //! Resume on real vLLM: a replica killed with SIGKILL mid-stream, and the client's stream
 //! carried on on the other replica (a chat continuation with `continue_final_message`) to
 //! every one of its `max_tokens` (`ignore_eos`), with one id, one usage block counting the
-//! whole answer and one `[DONE]`.
+//! whole answer and one `[DONE]`. The client asks for vLLM's `return_token_ids`, so the
+//! tokens it was sent can be counted apart from the gateway's count: exactly `max_tokens`.
 
 use super::drain_and_kill::Leaving;
 use super::fleet::Fleet;
@@ -17,7 +18,13 @@ async fn a_replica_killed_mid_stream_is_resumed_on_the_other_to_the_last_token()
         gateway,
         client,
         stream,
-    } = Leaving::start(&fleet, "resume", "[resume]\nenabled = true\n").await;
+    } = Leaving::start_with(
+        &fleet,
+        "resume",
+        "[resume]\nenabled = true\n",
+        &with_token_ids(&Leaving::long_chat("resume")),
+    )
+    .await;
     replica.kill();
 
     let text = stream.finish().await;
@@ -37,22 +44,29 @@ async fn a_replica_killed_mid_stream_is_resumed_on_the_other_to_the_last_token()
         .filter(|e| e["choices"][0]["delta"]["role"].is_string())
         .count();
     assert_eq!(roles, 1, "one role chunk");
-    // Content chunks are not tokens on vLLM 0.32: it holds a token that ends inside a UTF-8
-    // character back and may put several tokens in one chunk (the first run of this test:
-    // 1067 chunks for the 1500 tokens its usage counted), so the chunks are at most the
-    // tokens. The gateway counts chunks to size the continuation, so the answer may run
-    // longer than `max_tokens` by what vLLM merged before the break (docs/GATEWAY.md,
-    // "Resume").
-    let chunks = events
+    // Content chunks are not tokens on vLLM 0.32 (it holds a token that ends inside a UTF-8
+    // character back, and puts several tokens in one chunk when its output loop runs
+    // behind), so the tokens are counted by their ids: the continuation was given exactly
+    // the `max_tokens` left, whatever the chunks before the break held.
+    let contents: Vec<_> = events
         .iter()
-        .filter(|e| {
-            let delta = &e["choices"][0]["delta"];
-            delta["content"].is_string() && delta["role"].is_null()
+        .filter(|e| e["choices"][0]["delta"]["role"].is_null())
+        .filter(|e| e["choices"][0]["delta"]["content"].is_string())
+        .collect();
+    let tokens: usize = contents
+        .iter()
+        .map(|e| {
+            e["choices"][0]["token_ids"]
+                .as_array()
+                .unwrap_or_else(|| panic!("token_ids in every content chunk: {e}"))
+                .len()
         })
-        .count();
-    assert!(
-        chunks > 0 && chunks <= prompts::LONG as usize,
-        "{chunks} chunks: {tail:?}"
+        .sum();
+    assert_eq!(
+        tokens,
+        prompts::LONG as usize,
+        "{} chunks: {tail:?}",
+        contents.len()
     );
     let usages = events.iter().filter(|e| e["usage"].is_object()).count();
     assert_eq!(usages, 1, "one usage block");
@@ -66,4 +80,11 @@ async fn a_replica_killed_mid_stream_is_resumed_on_the_other_to_the_last_token()
         "{usage}"
     );
     gateway.wait_outstanding_zero(&client).await;
+}
+
+/// `body` asking vLLM for each chunk's token ids.
+fn with_token_ids(body: &str) -> String {
+    let mut body: serde_json::Value = serde_json::from_str(body).expect("a JSON request");
+    body["return_token_ids"] = serde_json::Value::Bool(true);
+    body.to_string()
 }

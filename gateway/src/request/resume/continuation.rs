@@ -65,11 +65,15 @@ mod tests {
 
     fn plan(shape: Shape, body: Value) -> Plan {
         let Value::Object(body) = body else { panic!() };
-        Plan { shape, body }
+        Plan {
+            shape,
+            body,
+            asked: Default::default(),
+        }
     }
 
     fn sent(shape: Shape, words: &[&str]) -> Transcript {
-        let mut t = Transcript::new(shape);
+        let mut t = Transcript::new(shape, Default::default());
         for word in words {
             let choice = match shape {
                 Shape::Chat => format!("{{\"delta\":{{\"content\":\"{word}\"}}}}"),

@@ -17,6 +17,7 @@
 
 pub mod config;
 pub mod continuation;
+pub mod counting;
 pub mod plan;
 pub mod reconnect;
 pub mod transcript;
@@ -89,7 +90,7 @@ impl<B> Resume<B> {
         metrics: Metrics,
     ) -> Self {
         Resume {
-            transcript: Transcript::new(plan.shape),
+            transcript: Transcript::new(plan.shape, plan.asked),
             plan,
             settings,
             used: 0,

@@ -21,17 +21,29 @@ use http::{HeaderMap, HeaderName};
 use router_core::text::Endpoint;
 use serde_json::{Map, Value};
 
+use bytes::Bytes;
+
 use crate::request::error::GatewayError;
+use crate::request::resume::counting::{self, UsageAsked};
 use crate::request::resume::transcript::Shape;
 
 /// The per-request switch.
 pub const RESUME_HEADER: HeaderName = HeaderName::from_static("x-prefixgate-resume");
 
-/// A resumable request: its body, to build continuations from.
+/// A resumable request: its body as sent upstream (asking the engine for its running token
+/// count, [`counting`]), to build continuations from, and the usage its client asked for.
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub shape: Shape,
     pub body: Map<String, Value>,
+    pub asked: UsageAsked,
+}
+
+impl Plan {
+    /// The body to send upstream in place of the client's.
+    pub fn upstream_body(&self) -> Option<Bytes> {
+        serde_json::to_vec(&self.body).ok().map(Bytes::from)
+    }
 }
 
 /// The request's resume plan: `None` when resume is off for it or it cannot be resumed;
@@ -69,14 +81,16 @@ pub fn plan(
         Endpoint::Completions => Shape::Completions,
         Endpoint::Embeddings => return Ok(None),
     };
-    let Ok(body) = serde_json::from_slice::<Map<String, Value>>(body) else {
+    let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(body) else {
         return Ok(None);
     };
     if let Some(reason) = not_resumable(shape, &body) {
         tracing::debug!(reason, "request not resumable");
         return Ok(None);
     }
-    Ok(Some(Plan { shape, body }))
+    let asked = UsageAsked::of(&body);
+    counting::ask_running_count(&mut body);
+    Ok(Some(Plan { shape, body, asked }))
 }
 
 /// Why `body` cannot be resumed, if it cannot.

@@ -6,21 +6,29 @@
 //! `{"id","object","created","model","choices":[{"index","delta":{"content"|"role"},
 //! "finish_reason",…}],…}`, a completion chunk carries `choices[0].text` instead of a
 //! delta; with `stream_options.include_usage` the last chunk before `[DONE]` has empty
-//! `choices` and a `usage` object. vLLM sends one chunk per generated token (a token that
-//! ends inside a UTF-8 character gives a chunk with empty text), so counting the chunks
-//! that carry generated text counts the tokens the client has. A chat stream opens with a
-//! role chunk (`delta.role`, empty content) that carries no token.
+//! `choices` and a `usage` object, and with `continuous_usage_stats` too every chunk has a
+//! `usage` whose `completion_tokens` counts the tokens generated so far. A chat stream opens
+//! with a role chunk (`delta.role`, empty content) that carries no token.
+//!
+//! The tokens the client has are the engine's running count where the chunks carry it (a
+//! resumable request asks for it, [`super::counting`]) and else the chunks that carried
+//! generated text, which is a token each on an engine that sends one chunk per token.
 //!
 //! Only whole events pass: a frame's trailing partial event waits for the rest, so when the
 //! upstream breaks the client stands at an event boundary and the continuation's events
 //! follow cleanly. In a continuation every event's `id` and `created` are replaced by the
 //! first stream's (spliced into the event's text, so every other byte stays the engine's),
 //! its role chunk is dropped (the client has had one), and its usage block is rewritten to
-//! count the whole answer (see [`Transcript::rewrite_usage`]).
+//! count the whole answer (see [`Transcript::rewrite_usage`]). In every stream, usage the
+//! client did not ask for ([`UsageAsked`]) is taken out.
+
+use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use super::counting::UsageAsked;
 
 /// Which OpenAI stream shape the transcript reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +41,8 @@ pub enum Shape {
 #[derive(Debug)]
 pub struct Transcript {
     shape: Shape,
+    /// The usage the client asked to see.
+    asked: UsageAsked,
     /// The bytes of an event not yet ended.
     partial: BytesMut,
     /// The first stream's `id` and `created`, as JSON text.
@@ -40,9 +50,11 @@ pub struct Transcript {
     created: Option<String>,
     /// The generated text the client has.
     text: String,
-    /// Token chunks the client has, over every attempt.
-    produced: u64,
-    /// Token chunks sent before the current continuation (0 on the first stream).
+    /// Chunks of generated text the current attempt sent.
+    chunks: u64,
+    /// The current attempt's running token count, when its chunks carry one.
+    reported: Option<u64>,
+    /// Tokens sent before the current attempt (0 on the first stream).
     produced_before: u64,
     /// A chunk with a `finish_reason` was sent: the answer is whole.
     finished: bool,
@@ -109,14 +121,16 @@ enum Seen {
 }
 
 impl Transcript {
-    pub fn new(shape: Shape) -> Self {
+    pub fn new(shape: Shape, asked: UsageAsked) -> Self {
         Transcript {
             shape,
+            asked,
             partial: BytesMut::new(),
             id: None,
             created: None,
             text: String::new(),
-            produced: 0,
+            chunks: 0,
+            reported: None,
             produced_before: 0,
             finished: false,
             unresumable: false,
@@ -129,22 +143,24 @@ impl Transcript {
         &self.text
     }
 
-    /// Tokens the client has (token chunks, over every attempt).
+    /// Tokens the client has, over every attempt.
     pub fn produced(&self) -> u64 {
-        self.produced
+        self.produced_before + self.reported.unwrap_or(self.chunks)
     }
 
     /// Whether a continuation can carry the answer on: something was generated, the answer
     /// is not whole, and nothing was sent that a continuation cannot extend.
     pub fn resumable(&self) -> bool {
-        self.produced > 0 && !self.finished && !self.unresumable
+        self.produced() > 0 && !self.finished && !self.unresumable
     }
 
-    /// The upstream changed to a continuation: its bytes start afresh, and its events are
-    /// rewritten from now on.
+    /// The upstream changed to a continuation: its bytes start afresh, its count too, and
+    /// its events are rewritten from now on.
     pub fn begin_continuation(&mut self) {
         self.partial.clear();
-        self.produced_before = self.produced;
+        self.produced_before = self.produced();
+        self.chunks = 0;
+        self.reported = None;
         self.continuation = true;
     }
 
@@ -180,11 +196,21 @@ impl Transcript {
             out.extend_from_slice(event);
             return;
         };
-        match self.note(&chunk) {
+        let seen = self.note(&chunk);
+        // The closing usage-only chunk, and a running count in the others, only if asked.
+        let closing = chunk.choices.is_empty();
+        let unasked = chunk.usage.is_some()
+            && if closing {
+                !self.asked.closing
+            } else {
+                !self.asked.every_chunk
+            };
+        match seen {
             Seen::Drop => {}
-            Seen::Pass if !self.continuation => out.extend_from_slice(event),
+            Seen::Pass if unasked && closing => {}
+            Seen::Pass if !self.continuation && !unasked => out.extend_from_slice(event),
             Seen::Pass => {
-                let rewritten = self.rewrite(payload, &chunk);
+                let rewritten = self.rewrite(payload, &chunk, unasked);
                 out.extend_from_slice(b"data: ");
                 out.extend_from_slice(rewritten.as_bytes());
                 out.extend_from_slice(b"\n\n");
@@ -229,26 +255,40 @@ impl Transcript {
             };
             if let Some(text) = generated {
                 self.text.push_str(text);
-                self.produced += 1;
+                self.chunks += 1;
             }
+        }
+        if let Some(count) = chunk.usage.and_then(completion_tokens) {
+            self.reported = Some(count);
         }
         seen
     }
 
-    /// A continuation's chunk with the first stream's `id` and `created` and, for the
-    /// usage block, the whole answer's counts.
-    fn rewrite(&self, payload: &str, chunk: &ChunkView<'_>) -> String {
-        let mut splices: Vec<(&RawValue, String)> = Vec::with_capacity(3);
-        if let (Some(raw), Some(id)) = (chunk.id, &self.id) {
-            splices.push((raw, id.clone()));
+    /// A chunk as the client is to see it: without its `usage` if `unasked`; in a
+    /// continuation, with the first stream's `id` and `created` and usage counting the whole
+    /// answer.
+    fn rewrite(&self, payload: &str, chunk: &ChunkView<'_>, unasked: bool) -> String {
+        let mut splices = Vec::with_capacity(3);
+        let mut replace = |raw: &RawValue, value: String| {
+            splices.extend(span(payload, raw).map(|at| (at, value)));
+        };
+        if self.continuation {
+            if let (Some(raw), Some(id)) = (chunk.id, &self.id) {
+                replace(raw, id.clone());
+            }
+            if let (Some(raw), Some(created)) = (chunk.created, &self.created) {
+                replace(raw, created.clone());
+            }
         }
-        if let (Some(raw), Some(created)) = (chunk.created, &self.created) {
-            splices.push((raw, created.clone()));
-        }
-        if let Some(raw) = chunk.usage
-            && let Some(usage) = self.rewrite_usage(raw.get())
-        {
-            splices.push((raw, usage));
+        if let Some(raw) = chunk.usage {
+            if unasked {
+                let cut = span(payload, raw).and_then(|at| member(payload, "usage", at));
+                splices.extend(cut.map(|at| (at, String::new())));
+            } else if self.continuation
+                && let Some(usage) = self.rewrite_usage(raw.get())
+            {
+                replace(raw, usage);
+            }
         }
         splice(payload, splices)
     }
@@ -270,18 +310,23 @@ impl Transcript {
         let carried = self.produced_before;
         let prompt = number(view.prompt_tokens)?.saturating_sub(carried);
         let completion = number(view.completion_tokens)?.saturating_add(carried);
-        let mut splices = Vec::with_capacity(3);
-        splices.extend(view.prompt_tokens.map(|raw| (raw, prompt.to_string())));
-        splices.extend(
-            view.completion_tokens
-                .map(|raw| (raw, completion.to_string())),
-        );
-        splices.extend(
-            view.total_tokens
-                .map(|raw| (raw, prompt.saturating_add(completion).to_string())),
-        );
+        let total = prompt.saturating_add(completion);
+        let splices = [
+            (view.prompt_tokens, prompt),
+            (view.completion_tokens, completion),
+            (view.total_tokens, total),
+        ]
+        .into_iter()
+        .filter_map(|(raw, value)| Some((span(usage, raw?)?, value.to_string())))
+        .collect();
         Some(splice(usage, splices))
     }
+}
+
+/// A usage object's `completion_tokens`.
+fn completion_tokens(usage: &RawValue) -> Option<u64> {
+    let view: UsageView<'_> = serde_json::from_str(usage.get()).ok()?;
+    view.completion_tokens?.get().parse().ok()
 }
 
 /// Where the first event of `bytes` ends (the index of its `\n\n`).
@@ -289,25 +334,53 @@ fn find_event_end(bytes: &[u8]) -> Option<usize> {
     bytes.windows(2).position(|pair| pair == b"\n\n")
 }
 
-/// `text` with each value (a slice of `text`, as serde borrowed it) replaced.
-fn splice(text: &str, mut splices: Vec<(&RawValue, String)>) -> String {
-    let base = text.as_ptr() as usize;
-    let span = |raw: &RawValue| {
-        let start = (raw.get().as_ptr() as usize).saturating_sub(base);
-        (start, start + raw.get().len())
+/// Where in `text` a value serde borrowed from it lies (`None` for one that is not a slice
+/// of it).
+fn span(text: &str, raw: &RawValue) -> Option<Range<usize>> {
+    let start = (raw.get().as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    let end = start.checked_add(raw.get().len())?;
+    (end <= text.len()).then_some(start..end)
+}
+
+/// The whole member `"key": value` of the object around `value` in `text`, with the comma
+/// that parts it from a neighbour: what to cut to take the member out and keep the object
+/// well-formed.
+fn member(text: &str, key: &str, value: Range<usize>) -> Option<Range<usize>> {
+    let quoted = format!("\"{key}\"");
+    let before = text
+        .get(..value.start)?
+        .trim_end()
+        .strip_suffix(':')?
+        .trim_end();
+    let before = before.strip_suffix(quoted.as_str())?;
+    let key_start = before.len();
+    let before = before.trim_end();
+    if let Some(comma) = before.strip_suffix(',') {
+        return Some(comma.len()..value.end);
+    }
+    // The first member: cut through the comma after it, if any.
+    before.ends_with('{').then_some(())?;
+    let after = text.get(value.end..)?;
+    let rest = after.trim_start();
+    let end = match rest.strip_prefix(',') {
+        Some(tail) => text.len() - tail.trim_start().len(),
+        None => value.end,
     };
-    splices.sort_by_key(|(raw, _)| span(raw).0);
+    Some(key_start..end)
+}
+
+/// `text` with each span replaced, in order; spans that overlap an earlier one are skipped.
+fn splice(text: &str, mut splices: Vec<(Range<usize>, String)>) -> String {
+    splices.sort_by_key(|(span, _)| span.start);
     let mut out = String::with_capacity(text.len() + 16);
     let mut at = 0;
-    for (raw, value) in &splices {
-        let (start, end) = span(raw);
-        // Values are borrowed from `text`, in order and apart; a span outside it is skipped.
-        if start < at || end > text.len() {
+    for (span, value) in &splices {
+        if span.start < at || span.end > text.len() {
             continue;
         }
-        out.push_str(&text[at..start]);
+        out.push_str(&text[at..span.start]);
         out.push_str(value);
-        at = end;
+        at = span.end;
     }
     out.push_str(&text[at..]);
     out
