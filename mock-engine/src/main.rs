@@ -104,6 +104,7 @@ Failure injection (--fail SPEC, or per request the header `x-mock-fail: SPEC`):
   directives separated by ';', e.g. \"status=503\", \"abort-after=5\", \"slow-start=2.5;abort-after=3\"
     status=CODE          answer HTTP CODE (400..=599) with a vLLM-shaped error body
     abort-after=N        drop the connection after N generated tokens (no [DONE])
+    stall-after=N        send nothing after N generated tokens, the connection open (a hung engine)
     hang                 never answer (until the client leaves)
     slow-start=SECONDS   wait SECONDS (engine time) before admitting the request
     none                 no failure (a header can switch off --fail for one request)

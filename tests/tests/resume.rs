@@ -1,6 +1,6 @@
 //! Resume end to end: two `mock-engine` processes (the binary, started by each test) behind
 //! an in-process gateway; the replica serving a stream is killed with SIGKILL after some
-//! tokens, and the client's stream either carries on on the other replica (one id, every
+//! tokens (or hangs, `stall-after`, until the idle limit), and the client's stream either carries on on the other replica (one id, every
 //! token, one usage block counting the whole answer, one `[DONE]`) or, when resume is off,
 //! used up or not allowed for the request, ends with a clean SSE error. Load accounting
 //! returns to zero on every path, a client leaving during a resume included.
@@ -34,7 +34,13 @@ struct Engine {
 impl Engine {
     /// Starts the binary on a free port and reads the `NAME URL` line it prints (bounded).
     async fn start(name: &str) -> Engine {
+        Self::start_with(name, &[]).await
+    }
+
+    /// As `start`, with more flags (an injected failure).
+    async fn start_with(name: &str, flags: &[&str]) -> Engine {
         let mut child = tokio::process::Command::new(mock_engine_binary())
+            .args(flags)
             .args([
                 "--listen",
                 "127.0.0.1:0",
@@ -307,6 +313,60 @@ async fn a_completion_stream_whose_replica_is_killed_completes_on_the_other() {
     assert_eq!(usage["completion_tokens"], MAX_TOKENS, "{usage}");
     assert_eq!(usage["prompt_tokens"], 4, "the client's prompt: {usage}");
     assert_eq!(resumes(&client, &gateway, "resumed").await, 1.0);
+    gateway.shutdown().await;
+}
+
+/// A replica that hangs mid-stream (sends nothing more, its connection open) is left at the
+/// idle limit and the stream carries on on the other replica, which joined after the stream
+/// began so that the first attempt could only go to the hung one.
+#[tokio::test]
+async fn a_stream_whose_replica_hangs_is_resumed_at_the_idle_limit() {
+    let hung = Engine::start_with("hung", &["--fail", "stall-after=20"]).await;
+    let well = Engine::start("well").await;
+    let mut config = gateway_config(vec![hung.backend.clone()]);
+    config.resume.enabled = true;
+    config.upstream.idle_timeout_ms = 1000;
+    let gateway = gateway::start(config).await.expect("gateway starts");
+    let client = Client::new();
+    let mut reading = Reading::start(
+        &client,
+        &gateway,
+        "/v1/chat/completions",
+        &[],
+        chat(Value::Null),
+    )
+    .await;
+    assert_eq!(reading.pod, "hung");
+    reading.read_events(5).await;
+    let joined = client
+        .call(
+            "POST",
+            &format!("http://{}/admin/replicas", gateway.metrics_addr()),
+            &[("content-type", "application/json")],
+            serde_json::json!({"name": "well", "url": well.backend.url, "model": MOCK_MODEL})
+                .to_string(),
+        )
+        .await;
+    assert_eq!(joined.status, 201, "{}", joined.text());
+    wait_until("the other replica is ready", || {
+        gateway
+            .replicas()
+            .iter()
+            .any(|(name, _, ready)| name == "well" && *ready)
+    })
+    .await;
+    let text = reading.finish().await;
+    let events = payloads(&text);
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    assert!(
+        events.iter().all(|e| e["error"].is_null()),
+        "no error: {text}"
+    );
+    assert_eq!(token_chunks(&events), MAX_TOKENS as usize, "every token");
+    let usage = &events.iter().find(|e| e["usage"].is_object()).unwrap()["usage"];
+    assert_eq!(usage["completion_tokens"], MAX_TOKENS, "{usage}");
+    assert_eq!(resumes(&client, &gateway, "resumed").await, 1.0);
+    outstanding_zero(&gateway).await;
     gateway.shutdown().await;
 }
 

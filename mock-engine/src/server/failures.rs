@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `status=CODE` | answer with HTTP `CODE` (400..=599) and a vLLM-shaped error body |
 //! | `abort-after=N` | drop the connection after `N` generated tokens (no `[DONE]`) |
+//! | `stall-after=N` | after `N` generated tokens send nothing more, the connection open (a hung engine) |
 //! | `hang` | never send a byte; the request waits until the client leaves |
 //! | `slow-start=SECONDS` | wait this long (engine seconds) before admitting the request |
 //! | `none` | no failure (lets a header switch off a flag-wide plan for one request) |
@@ -30,6 +31,8 @@ pub struct FailureSpec {
     pub status: Option<u16>,
     /// Drop the connection after this many generated tokens.
     pub abort_after: Option<u32>,
+    /// Go silent after this many generated tokens, the connection left open.
+    pub stall_after: Option<u32>,
     /// Never answer.
     pub hang: bool,
     /// Engine seconds to wait before the request is admitted.
@@ -40,7 +43,7 @@ pub struct FailureSpec {
 #[derive(Debug, Error, PartialEq)]
 pub enum FailureSpecError {
     #[error(
-        "unknown failure directive `{0}` (expected status=CODE, abort-after=N, hang, slow-start=SECONDS or none)"
+        "unknown failure directive `{0}` (expected status=CODE, abort-after=N, stall-after=N, hang, slow-start=SECONDS or none)"
     )]
     UnknownDirective(String),
     #[error("failure directive `{0}` needs a value")]
@@ -95,6 +98,10 @@ impl FailureSpec {
                     let n = parse_value::<u32>(name, value, "expected a token count")?;
                     set_once(&mut spec.abort_after, name, n)?;
                 }
+                "stall-after" => {
+                    let n = parse_value::<u32>(name, value, "expected a token count")?;
+                    set_once(&mut spec.stall_after, name, n)?;
+                }
                 "slow-start" => {
                     let secs = parse_value::<f64>(name, value, "expected seconds")?;
                     if !(secs.is_finite() && secs >= 0.0) {
@@ -118,6 +125,9 @@ impl fmt::Display for FailureSpec {
         }
         if let Some(n) = self.abort_after {
             parts.push(format!("abort-after={n}"));
+        }
+        if let Some(n) = self.stall_after {
+            parts.push(format!("stall-after={n}"));
         }
         if self.hang {
             parts.push("hang".to_owned());
@@ -212,19 +222,22 @@ mod tests {
 
     #[test]
     fn parses_every_directive_and_combinations() {
-        let spec = FailureSpec::parse(" status=503 ; abort-after=5;hang; slow-start=2.5 ").unwrap();
+        let spec =
+            FailureSpec::parse(" status=503 ; abort-after=5;stall-after=7;hang; slow-start=2.5 ")
+                .unwrap();
         assert_eq!(
             spec,
             FailureSpec {
                 status: Some(503),
                 abort_after: Some(5),
+                stall_after: Some(7),
                 hang: true,
                 slow_start: Some(2.5),
             }
         );
         assert_eq!(
             spec.to_string(),
-            "status=503;abort-after=5;hang;slow-start=2.5"
+            "status=503;abort-after=5;stall-after=7;hang;slow-start=2.5"
         );
         assert!(FailureSpec::parse("none").unwrap().is_none());
         assert!(FailureSpec::parse("").unwrap().is_none());
@@ -241,6 +254,7 @@ mod tests {
             ("slow-start=-1", "finite and >= 0"),
             ("slow-start=NaN", "finite and >= 0"),
             ("abort-after=-3", "invalid value `-3` for `abort-after`"),
+            ("stall-after", "`stall-after` needs a value"),
             ("status=500;status=503", "`status` given twice"),
         ];
         for (text, needle) in cases {

@@ -123,6 +123,7 @@ async fn generate(
         continuous_usage: params.continuous_usage,
         block_size: u32::try_from(replica.block_size).unwrap_or(u32::MAX),
         abort_after: failure.abort_after,
+        stall_after: failure.stall_after,
     };
     if params.stream {
         Ok(stream_response(submission, plan))

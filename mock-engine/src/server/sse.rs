@@ -9,7 +9,8 @@
 //!
 //! The body owns the request's [`Submission`], so a client that goes away (hyper drops the
 //! body) aborts the request in the model. An injected `abort-after=N` ends the body with an
-//! error after `N` tokens, which makes hyper drop the connection without `[DONE]`.
+//! error after `N` tokens, which makes hyper drop the connection without `[DONE]`; an injected
+//! `stall-after=N` sends nothing after `N` tokens and leaves the connection open.
 
 use std::io;
 
@@ -37,6 +38,8 @@ pub struct ResponsePlan {
     pub block_size: u32,
     /// Injected: drop the connection after this many tokens.
     pub abort_after: Option<u32>,
+    /// Injected: send nothing more after this many tokens, the connection open.
+    pub stall_after: Option<u32>,
 }
 
 /// The error a body stream ends with when the connection must be dropped.
@@ -58,6 +61,12 @@ pub fn stream_response(submission: Submission, plan: ResponsePlan) -> Response {
         sent: 0,
     };
     let events = stream::unfold(state, |mut state| async move {
+        if state.plan.stall_after.is_some_and(|n| state.sent >= n) {
+            // A hung engine: the request leaves the model, the connection stays open and
+            // silent until the client goes.
+            drop(state.submission.take());
+            return std::future::pending().await;
+        }
         let submission = state.submission.as_mut()?;
         if state.plan.abort_after.is_some_and(|n| state.sent >= n) {
             // Let hyper flush the tokens already written: an error polled straight after
@@ -139,6 +148,10 @@ pub async fn collected_response(mut submission: Submission, plan: ResponsePlan) 
         if plan.abort_after.is_some_and(|n| received >= n) {
             drop(submission);
             return dropped_response("injected abort-after");
+        }
+        if plan.stall_after.is_some_and(|n| received >= n) {
+            drop(submission);
+            return std::future::pending().await;
         }
         let Some(token) = submission.tokens.recv().await else {
             return dropped_response("replica shut down");
