@@ -412,7 +412,7 @@ async fn a_running_count_the_client_asked_for_counts_on_across_the_break() {
                 .unwrap_or_else(|| panic!("a running count: {e}"))
         })
         .collect();
-    let expected: Vec<u64> = (0..=u64::from(MAX_TOKENS)).collect();
+    let expected: Vec<u64> = (0..=MAX_TOKENS).collect();
     assert_eq!(counts, expected, "{text}");
     assert_eq!(resumes(&client, &gateway, "resumed").await, 1.0);
     gateway.shutdown().await;
