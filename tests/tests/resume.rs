@@ -127,6 +127,21 @@ fn chat(extra: Value) -> String {
     body.to_string()
 }
 
+/// A streamed completion of `MAX_TOKENS` tokens (no usage asked for), plus `extra` fields.
+fn completion(extra: Value) -> String {
+    let mut body = serde_json::json!({
+        "model": MOCK_MODEL,
+        "prompt": "once upon a time",
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": true,
+        "stream": true,
+    });
+    if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
+        body.extend(extra);
+    }
+    body.to_string()
+}
+
 /// A stream being read by the test as a client reads it.
 struct Reading {
     pod: String,
@@ -294,16 +309,8 @@ async fn a_chat_stream_whose_replica_is_killed_completes_on_the_other() {
 
 #[tokio::test]
 async fn a_completion_stream_whose_replica_is_killed_completes_on_the_other() {
-    let body = serde_json::json!({
-        "model": MOCK_MODEL,
-        "prompt": "once upon a time",
-        "max_tokens": MAX_TOKENS,
-        "ignore_eos": true,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    let (text, client, gateway) =
-        killed_midway("/v1/completions", body.to_string(), &[], |_| {}).await;
+    let body = completion(serde_json::json!({"stream_options": {"include_usage": true}}));
+    let (text, client, gateway) = killed_midway("/v1/completions", body, &[], |_| {}).await;
     let events = payloads(&text);
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
     let ids: std::collections::BTreeSet<_> = events.iter().map(|e| e["id"].to_string()).collect();
@@ -374,15 +381,8 @@ async fn a_stream_whose_replica_hangs_is_resumed_at_the_idle_limit() {
 /// continuation; a client that asked for no usage sees none, before the break or after.
 #[tokio::test]
 async fn a_resumed_stream_shows_no_usage_the_client_did_not_ask_for() {
-    let body = serde_json::json!({
-        "model": MOCK_MODEL,
-        "prompt": "once upon a time",
-        "max_tokens": MAX_TOKENS,
-        "ignore_eos": true,
-        "stream": true,
-    });
-    let (text, client, gateway) =
-        killed_midway("/v1/completions", body.to_string(), &[], |_| {}).await;
+    let body = completion(Value::Null);
+    let (text, client, gateway) = killed_midway("/v1/completions", body, &[], |_| {}).await;
     let events = payloads(&text);
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
     assert_eq!(token_chunks(&events), MAX_TOKENS as usize);
