@@ -44,18 +44,6 @@ fn route_replay(config: GatewayConfig, args: &RouteReplayArgs) -> anyhow::Result
     })
 }
 
-/// The `log_level` setting (validated with the configuration), else `RUST_LOG`, else `info`
-/// without kube's per-request trace layer, which logs every failed API request at ERROR
-/// although discovery already logs each failure once, with its retry delay.
-fn log_filter(setting: Option<&str>) -> tracing_subscriber::EnvFilter {
-    setting
-        .and_then(|filter| tracing_subscriber::EnvFilter::try_new(filter).ok())
-        .or_else(|| tracing_subscriber::EnvFilter::try_from_default_env().ok())
-        .unwrap_or_else(|| {
-            tracing_subscriber::EnvFilter::new("info,kube_client::client::builder=off")
-        })
-}
-
 #[tokio::main]
 async fn serve(config: GatewayConfig) -> anyhow::Result<()> {
     use tracing_subscriber::layer::SubscriberExt as _;
@@ -65,7 +53,9 @@ async fn serve(config: GatewayConfig) -> anyhow::Result<()> {
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_filter(log_filter(config.log_level.as_deref()));
+        .with_filter(gateway::telemetry::logs::filter(
+            config.log_level.as_deref(),
+        ));
     // Traces take the gateway's own spans and events whatever the log level says (the
     // first byte is a debug event: in every trace, in no log at `info`).
     let traced = gateway::telemetry::otel_layer(&config.tracing)?;
@@ -73,9 +63,13 @@ async fn serve(config: GatewayConfig) -> anyhow::Result<()> {
         Some((layer, telemetry)) => (Some(layer), Some(telemetry)),
         None => (None, None),
     };
-    let traces = traces.map(|layer| {
-        layer.with_filter(filter::Targets::new().with_target("gateway", tracing::Level::DEBUG))
-    });
+    // Without an exporter the filter takes nothing: an absent layer would otherwise count as
+    // wanting every span, and the registry would still open and close the request path's.
+    let traced_targets = match traces {
+        Some(_) => filter::Targets::new().with_target("gateway", tracing::Level::DEBUG),
+        None => filter::Targets::new(),
+    };
+    let traces = traces.with_filter(traced_targets);
     tracing_subscriber::registry()
         .with(logs)
         .with(traces)

@@ -61,6 +61,11 @@ pub fn estimate(
     })
 }
 
+/// The searcher for [`USAGE_KEY_END`], built once: `memmem::find_iter` builds one per call,
+/// which on a stream's small frames cost more than the search (docs/PERFORMANCE.md).
+static USAGE_KEY_FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(USAGE_KEY_END));
+
 /// The `usage` numbers seen so far in a response body.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UsageScan {
@@ -75,7 +80,7 @@ impl UsageScan {
     /// ends in `_tokens":`, so one forward pass of memchr's vectorised search finds them all
     /// (most frames, every token chunk of a stream, hold none); the word before tells which.
     pub fn observe(&mut self, frame: &[u8]) {
-        for at in memchr::memmem::find_iter(frame, USAGE_KEY_END) {
+        for at in USAGE_KEY_FINDER.find_iter(frame) {
             let (key, rest) = frame.split_at(at);
             let field = if key.ends_with(b"\"prompt") {
                 &mut self.prompt_tokens

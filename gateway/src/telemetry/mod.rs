@@ -17,6 +17,7 @@
 //! any header is).
 
 pub mod config;
+pub mod logs;
 pub mod propagation;
 pub mod span;
 

@@ -11,6 +11,10 @@
 use router_core::Decision;
 use tracing::field::Empty;
 
+/// The target of every span made here (the module's path), by which the log layer tells them
+/// from other spans.
+pub const TARGET: &str = module_path!();
+
 /// The span of one inference request on `route`.
 pub fn request(route: &str, request_id: &str) -> tracing::Span {
     tracing::info_span!(
