@@ -57,7 +57,9 @@ pub struct GatewayConfig {
     pub shutdown_grace_secs: u64,
     /// Log filter: a level (`info`, `debug`, …) or `tracing` directives
     /// (`gateway=debug,info`); unset: `RUST_LOG`, else `info` (less kube's per-request
-    /// ERROR lines, which Kubernetes discovery's own warnings cover).
+    /// ERROR lines, which Kubernetes discovery's own warnings cover). Log lines carry the
+    /// request's span (`inference{request_id=…}`) only when the gateway's debug events are
+    /// logged: at `info` the request spans are for traces alone.
     pub log_level: Option<String>,
     pub upstream: UpstreamConfig,
     pub health: HealthConfig,
