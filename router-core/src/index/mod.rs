@@ -19,14 +19,17 @@
 //!   stops when no candidate holds the block. There is no minimum threshold: a pod holding
 //!   one block of more than 100 matches at 0 %, and is still a matched pod.
 //!
-//! Concurrency: the blocks are split over up to 64 shards by the top bits of the block hash,
-//! each shard with its own lock, map and LRU list, so no lock covers the whole index and
-//! readers and writers of different blocks rarely meet. Each shard holds
+//! Concurrency: the blocks are split over up to 8 shards by the top bits of the block hash,
+//! each shard with its own lock, map and LRU list, so no lock covers the whole index. A match
+//! locks one shard at a time, per block (holding it for one probe); an add visits the
+//! request's blocks grouped by shard and locks each shard once, holding it for that shard's
+//! share of the request (about 20 of a 160-block request's blocks, a fraction of a
+//! microsecond). Each shard holds
 //! `capacity / shards` blocks (the remainder spread one each over the first shards) and
 //! evicts its own oldest block. That approximates one global LRU closely: block hashes are
 //! uniform, so every shard sees the same share of adds, and a shard's oldest block is among
-//! the globally oldest (the shares differ by about `1/√(capacity/shards)`, under 2 % at the
-//! default 200 000 blocks in 64 shards of 3 125). Small indexes (under 2 048 blocks, as in
+//! the globally oldest (the shares differ by about `1/√(capacity/shards)`, under 1 % at the
+//! default 200 000 blocks in 8 shards of 25 000). Small indexes (under 2 048 blocks, as in
 //! tests) use a single shard and are an exact LRU.
 //!
 //! Model and pod names are stored as XXH64 digests of the name (8 bytes each): no interner,
@@ -46,14 +49,18 @@ use xxhash_rust::xxh64::xxh64;
 
 use crate::Millis;
 
+mod by_shard;
 pub mod recall;
 mod shard;
 
+use by_shard::ByShard;
 pub use recall::Recall;
 use shard::{ModelKey, PodKey, Shard};
 
-/// At most this many shards (a power of two).
-const MAX_SHARDS: usize = 64;
+/// At most this many shards (a power of two). Few, because a request's blocks land in every
+/// shard and an add locks each once: 8 shards are 8 lock round trips per add (64 were about
+/// 56 for a 160-block request), and larger shards are a closer approximation of one LRU.
+const MAX_SHARDS: usize = 8;
 /// Shards are only split off while each keeps at least this many blocks, so that small
 /// indexes stay exact LRUs.
 const MIN_BLOCKS_PER_SHARD: usize = 1024;
@@ -201,31 +208,15 @@ impl PrefixIndex {
             }
             return;
         }
-        // Visit the blocks grouped by shard so that each shard is locked once per request
-        // rather than once per block. A counting sort by shard is stable, so the request's
-        // order survives inside each shard, which is the only order an LRU list can see.
-        let mut starts = [0usize; MAX_SHARDS + 1];
-        for &hash in hashes {
-            starts[self.shard_of(hash) + 1] += 1;
-        }
-        for shard in 0..MAX_SHARDS {
-            starts[shard + 1] += starts[shard];
-        }
-        let mut next = starts;
-        let mut grouped = vec![0u64; hashes.len()];
-        for &hash in hashes {
-            let shard = self.shard_of(hash);
-            grouped[next[shard]] = hash;
-            next[shard] += 1;
-        }
+        let grouped = ByShard::new(hashes, |hash| self.shard_of(hash));
         for (shard, lock_of) in self.shards.iter().enumerate() {
-            let run = &grouped[starts[shard]..starts[shard + 1]];
-            if run.is_empty() {
+            let positions = grouped.in_shard(shard);
+            if positions.is_empty() {
                 continue;
             }
             let mut shard = lock(lock_of);
-            for &hash in run {
-                shard.add(hash, pair, now);
+            for &at in positions {
+                shard.add(hashes[at as usize], pair, now);
             }
         }
     }
