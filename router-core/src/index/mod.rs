@@ -50,10 +50,12 @@ use xxhash_rust::xxh64::xxh64;
 use crate::Millis;
 
 mod by_shard;
+mod found;
 pub mod recall;
 mod shard;
 
 use by_shard::ByShard;
+pub use found::FoundBlocks;
 pub use recall::Recall;
 use shard::{ModelKey, PodKey, Shard};
 
@@ -161,8 +163,33 @@ impl PrefixIndex {
     /// [`match_blocks`](Self::match_blocks) into the caller's `pods`, which a policy keeps
     /// on its stack: each one's [`PodMatch::held`] is set.
     pub fn match_pods(&self, model: &str, hashes: &[u64], pods: &mut [PodMatch]) {
+        self.walk(model, hashes, pods, None);
+    }
+
+    /// [`match_pods`](Self::match_pods), noting in `found` where each block it probed was
+    /// held, for [`add_after_match`](Self::add_after_match) of the same hashes.
+    pub fn match_pods_noting(
+        &self,
+        model: &str,
+        hashes: &[u64],
+        pods: &mut [PodMatch],
+        found: &mut FoundBlocks,
+    ) {
+        self.walk(model, hashes, pods, Some(found));
+    }
+
+    fn walk(
+        &self,
+        model: &str,
+        hashes: &[u64],
+        pods: &mut [PodMatch],
+        mut found: Option<&mut FoundBlocks>,
+    ) {
         for pod in pods.iter_mut() {
             pod.held = 0;
+        }
+        if let Some(found) = found.as_deref_mut() {
+            found.reset(hashes.len());
         }
         if hashes.is_empty() || pods.is_empty() {
             return;
@@ -170,9 +197,12 @@ impl PrefixIndex {
         let model = name_key(model);
         for (i, &hash) in hashes.iter().enumerate() {
             let shard = self.shard(hash);
-            let Some(holders) = shard.pods(hash) else {
+            let Some((slot, holders)) = shard.find(hash) else {
                 break;
             };
+            if let Some(found) = found.as_deref_mut() {
+                found.note(i, slot);
+            }
             let mut any = false;
             // A pod still in the walk holds every block before this one; one that missed a
             // block has stopped short of `i` and keeps its run.
@@ -200,11 +230,37 @@ impl PrefixIndex {
 
     /// Records every block of a request for `pod`, refreshing LRU order and TTL.
     pub fn add(&self, model: &str, hashes: &[u64], pod: &str, now: Millis) {
+        self.add_noted(model, hashes, pod, now, None);
+    }
+
+    /// [`add`](Self::add) of the hashes a [`match_pods_noting`](Self::match_pods_noting)
+    /// has just matched into `found`: the blocks it found are reached without a second map
+    /// probe each (a hint checked under the shard's lock; see [`FoundBlocks`]).
+    pub fn add_after_match(
+        &self,
+        model: &str,
+        hashes: &[u64],
+        pod: &str,
+        now: Millis,
+        found: &FoundBlocks,
+    ) {
+        self.add_noted(model, hashes, pod, now, Some(found));
+    }
+
+    fn add_noted(
+        &self,
+        model: &str,
+        hashes: &[u64],
+        pod: &str,
+        now: Millis,
+        found: Option<&FoundBlocks>,
+    ) {
         let pair = (name_key(model), name_key(pod));
+        let slot = |at: usize| found.and_then(|found| found.slot(at));
         if self.shards.len() == 1 {
             let mut shard = lock(&self.shards[0]);
-            for &hash in hashes {
-                shard.add(hash, pair, now);
+            for (at, &hash) in hashes.iter().enumerate() {
+                shard.add_at(hash, slot(at), pair, now);
             }
             return;
         }
@@ -216,7 +272,8 @@ impl PrefixIndex {
             }
             let mut shard = lock(lock_of);
             for &at in positions {
-                shard.add(hashes[at as usize], pair, now);
+                let at = at as usize;
+                shard.add_at(hashes[at], slot(at), pair, now);
             }
         }
     }
