@@ -11,7 +11,7 @@ use crate::Millis;
 use crate::config::{ConfigError, RouterConfig};
 use crate::decision::Decision;
 use crate::hash::block_hashes;
-use crate::index::{PrefixIndex, Recall};
+use crate::index::{FoundBlocks, PrefixIndex, Recall};
 use crate::kv_sync::{
     Applied, DEFAULT_MAX_ENGINE_BLOCKS, KvEvent, PodSync, SyncError, SyncSettings,
 };
@@ -170,10 +170,27 @@ impl Router {
         load: Option<&PodLoad>,
         now: Millis,
     ) {
+        self.place(model, hashes, pod, load, now, None);
+    }
+
+    /// [`record_placement`](Self::record_placement), for a decision of this router whose
+    /// policy noted in `found` where its match found the blocks.
+    fn place(
+        &self,
+        model: &str,
+        hashes: &[u64],
+        pod: &str,
+        load: Option<&PodLoad>,
+        now: Millis,
+        found: Option<&FoundBlocks>,
+    ) {
         let Some(&root) = hashes.first() else {
             return;
         };
-        self.index.add(model, hashes, pod, now);
+        match found {
+            Some(found) => self.index.add_after_match(model, hashes, pod, now, found),
+            None => self.index.add(model, hashes, pod, now),
+        }
         if let Some(recall) = &self.recall {
             recall.add(model, hashes, pod, now);
         }
@@ -242,16 +259,18 @@ impl Router {
             Strategy::PrefixLoad => &self.prefix_load,
             Strategy::SessionAffinity => &self.session_affinity,
         };
-        let choice = policy.choose(&mut PolicyInput {
+        let mut input = PolicyInput {
             model: request.model,
             pods,
             hashes: &hashes,
             index: &self.index,
+            found: FoundBlocks::default(),
             recall: self.recall.as_ref(),
             session: request.session,
             rng,
             now,
-        });
+        };
+        let choice = policy.choose(&mut input);
         let chosen = pods[choice.pod];
         // The work signals `prefix-load` reads: the prompt's blocks, and those the chosen pod
         // is expected to prefill given its match.
@@ -266,12 +285,13 @@ impl Router {
             now,
         );
         // Only prefix-aware strategies hash: the others leave `hashes` empty.
-        self.record_placement(
+        self.place(
             request.model,
             &hashes,
             chosen.name,
             Some(&**chosen.load),
             now,
+            Some(&input.found),
         );
         Ok(Routed {
             decision: Decision {

@@ -19,14 +19,17 @@
 //!   stops when no candidate holds the block. There is no minimum threshold: a pod holding
 //!   one block of more than 100 matches at 0 %, and is still a matched pod.
 //!
-//! Concurrency: the blocks are split over up to 64 shards by the top bits of the block hash,
-//! each shard with its own lock, map and LRU list, so no lock covers the whole index and
-//! readers and writers of different blocks rarely meet. Each shard holds
+//! Concurrency: the blocks are split over up to 8 shards by the top bits of the block hash,
+//! each shard with its own lock, map and LRU list, so no lock covers the whole index. A match
+//! locks one shard at a time, per block (holding it for one probe); an add visits the
+//! request's blocks grouped by shard and locks each shard once, holding it for that shard's
+//! share of the request (about 20 of a 160-block request's blocks, a fraction of a
+//! microsecond). Each shard holds
 //! `capacity / shards` blocks (the remainder spread one each over the first shards) and
 //! evicts its own oldest block. That approximates one global LRU closely: block hashes are
 //! uniform, so every shard sees the same share of adds, and a shard's oldest block is among
-//! the globally oldest (the shares differ by about `1/√(capacity/shards)`, under 2 % at the
-//! default 200 000 blocks in 64 shards of 3 125). Small indexes (under 2 048 blocks, as in
+//! the globally oldest (the shares differ by about `1/√(capacity/shards)`, under 1 % at the
+//! default 200 000 blocks in 8 shards of 25 000). Small indexes (under 2 048 blocks, as in
 //! tests) use a single shard and are an exact LRU.
 //!
 //! Model and pod names are stored as XXH64 digests of the name (8 bytes each): no interner,
@@ -46,14 +49,20 @@ use xxhash_rust::xxh64::xxh64;
 
 use crate::Millis;
 
+mod by_shard;
+mod found;
 pub mod recall;
 mod shard;
 
+use by_shard::ByShard;
+pub use found::FoundBlocks;
 pub use recall::Recall;
 use shard::{ModelKey, PodKey, Shard};
 
-/// At most this many shards (a power of two).
-const MAX_SHARDS: usize = 64;
+/// At most this many shards (a power of two). Few, because a request's blocks land in every
+/// shard and an add locks each once: 8 shards are 8 lock round trips per add (64 were about
+/// 56 for a 160-block request), and larger shards are a closer approximation of one LRU.
+const MAX_SHARDS: usize = 8;
 /// Shards are only split off while each keeps at least this many blocks, so that small
 /// indexes stay exact LRUs.
 const MIN_BLOCKS_PER_SHARD: usize = 1024;
@@ -154,8 +163,33 @@ impl PrefixIndex {
     /// [`match_blocks`](Self::match_blocks) into the caller's `pods`, which a policy keeps
     /// on its stack: each one's [`PodMatch::held`] is set.
     pub fn match_pods(&self, model: &str, hashes: &[u64], pods: &mut [PodMatch]) {
+        self.walk(model, hashes, pods, None);
+    }
+
+    /// [`match_pods`](Self::match_pods), noting in `found` where each block it probed was
+    /// held, for [`add_after_match`](Self::add_after_match) of the same hashes.
+    pub fn match_pods_noting(
+        &self,
+        model: &str,
+        hashes: &[u64],
+        pods: &mut [PodMatch],
+        found: &mut FoundBlocks,
+    ) {
+        self.walk(model, hashes, pods, Some(found));
+    }
+
+    fn walk(
+        &self,
+        model: &str,
+        hashes: &[u64],
+        pods: &mut [PodMatch],
+        mut found: Option<&mut FoundBlocks>,
+    ) {
         for pod in pods.iter_mut() {
             pod.held = 0;
+        }
+        if let Some(found) = found.as_deref_mut() {
+            found.reset(hashes.len());
         }
         if hashes.is_empty() || pods.is_empty() {
             return;
@@ -163,9 +197,12 @@ impl PrefixIndex {
         let model = name_key(model);
         for (i, &hash) in hashes.iter().enumerate() {
             let shard = self.shard(hash);
-            let Some(holders) = shard.pods(hash) else {
+            let Some((slot, holders)) = shard.find(hash) else {
                 break;
             };
+            if let Some(found) = found.as_deref_mut() {
+                found.note(i, slot);
+            }
             let mut any = false;
             // A pod still in the walk holds every block before this one; one that missed a
             // block has stopped short of `i` and keeps its run.
@@ -193,39 +230,50 @@ impl PrefixIndex {
 
     /// Records every block of a request for `pod`, refreshing LRU order and TTL.
     pub fn add(&self, model: &str, hashes: &[u64], pod: &str, now: Millis) {
+        self.add_noted(model, hashes, pod, now, None);
+    }
+
+    /// [`add`](Self::add) of the hashes a [`match_pods_noting`](Self::match_pods_noting)
+    /// has just matched into `found`: the blocks it found are reached without a second map
+    /// probe each (a hint checked under the shard's lock; see [`FoundBlocks`]).
+    pub fn add_after_match(
+        &self,
+        model: &str,
+        hashes: &[u64],
+        pod: &str,
+        now: Millis,
+        found: &FoundBlocks,
+    ) {
+        self.add_noted(model, hashes, pod, now, Some(found));
+    }
+
+    fn add_noted(
+        &self,
+        model: &str,
+        hashes: &[u64],
+        pod: &str,
+        now: Millis,
+        found: Option<&FoundBlocks>,
+    ) {
         let pair = (name_key(model), name_key(pod));
+        let slot = |at: usize| found.and_then(|found| found.slot(at));
         if self.shards.len() == 1 {
             let mut shard = lock(&self.shards[0]);
-            for &hash in hashes {
-                shard.add(hash, pair, now);
+            for (at, &hash) in hashes.iter().enumerate() {
+                shard.add_at(hash, slot(at), pair, now);
             }
             return;
         }
-        // Visit the blocks grouped by shard so that each shard is locked once per request
-        // rather than once per block. A counting sort by shard is stable, so the request's
-        // order survives inside each shard, which is the only order an LRU list can see.
-        let mut starts = [0usize; MAX_SHARDS + 1];
-        for &hash in hashes {
-            starts[self.shard_of(hash) + 1] += 1;
-        }
-        for shard in 0..MAX_SHARDS {
-            starts[shard + 1] += starts[shard];
-        }
-        let mut next = starts;
-        let mut grouped = vec![0u64; hashes.len()];
-        for &hash in hashes {
-            let shard = self.shard_of(hash);
-            grouped[next[shard]] = hash;
-            next[shard] += 1;
-        }
+        let grouped = ByShard::new(hashes, |hash| self.shard_of(hash));
         for (shard, lock_of) in self.shards.iter().enumerate() {
-            let run = &grouped[starts[shard]..starts[shard + 1]];
-            if run.is_empty() {
+            let positions = grouped.in_shard(shard);
+            if positions.is_empty() {
                 continue;
             }
             let mut shard = lock(lock_of);
-            for &hash in run {
-                shard.add(hash, pair, now);
+            for &at in positions {
+                let at = at as usize;
+                shard.add_at(hashes[at], slot(at), pair, now);
             }
         }
     }

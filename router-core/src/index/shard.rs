@@ -132,11 +132,44 @@ impl Shard {
         self.capacity
     }
 
-    /// The pairs recorded for `hash`, if the block is held. Does not touch LRU order: AIBrix
-    /// refreshes blocks on add only, so a lookup never saves a block from eviction.
+    /// The pairs recorded for `hash`, if the block is held (tests only).
+    #[cfg(test)]
     pub(super) fn pods(&self, hash: u64) -> Option<&BlockPods> {
+        self.find(hash).map(|(_, pods)| pods)
+    }
+
+    /// The slot of block `hash` and the pairs recorded for it, if the block is held (the
+    /// slot for [`add_at`](Self::add_at)). Does not touch LRU order: AIBrix
+    /// refreshes blocks on add only, so a lookup never saves a block from eviction.
+    pub(super) fn find(&self, hash: u64) -> Option<(u32, &BlockPods)> {
         let slot = *self.map.get(&hash)?;
-        Some(&self.slots[slot as usize].pods)
+        Some((slot, &self.slots[slot as usize].pods))
+    }
+
+    /// [`add`](Self::add) of a block a match found in `slot` earlier: when the slot still
+    /// holds `hash` the map is not probed again. A slot holds a block while it is in the
+    /// LRU list (every held block is, and eviction, sweep and remove unlink a block as they
+    /// drop it), i.e. while it has an older neighbour or is the head.
+    pub(super) fn add_at(
+        &mut self,
+        hash: u64,
+        slot: Option<u32>,
+        pair: (ModelKey, PodKey),
+        now: Millis,
+    ) -> bool {
+        let held = slot.filter(|&slot| {
+            self.slots
+                .get(slot as usize)
+                .is_some_and(|entry| entry.hash == hash && (entry.prev != NIL || self.head == slot))
+        });
+        match held {
+            Some(slot) => {
+                self.clock = self.clock.max(now);
+                self.refresh(slot, pair);
+                false
+            }
+            None => self.add(hash, pair, now),
+        }
     }
 
     /// Records `pair` for block `hash` at `now`, moving the block to the head. A new block
@@ -145,11 +178,7 @@ impl Shard {
     pub(super) fn add(&mut self, hash: u64, pair: (ModelKey, PodKey), now: Millis) -> bool {
         self.clock = self.clock.max(now);
         if let Some(&slot) = self.map.get(&hash) {
-            self.unlink(slot);
-            self.push_head(slot);
-            let entry = &mut self.slots[slot as usize];
-            entry.last_add = self.clock;
-            entry.pods.insert(pair);
+            self.refresh(slot, pair);
             return false;
         }
         let mut evicted = false;
@@ -180,6 +209,15 @@ impl Shard {
         self.map.insert(hash, slot);
         self.push_head(slot);
         evicted
+    }
+
+    /// A held block added to again: to the head, stamped, `pair` recorded.
+    fn refresh(&mut self, slot: u32, pair: (ModelKey, PodKey)) {
+        self.unlink(slot);
+        self.push_head(slot);
+        let entry = &mut self.slots[slot as usize];
+        entry.last_add = self.clock;
+        entry.pods.insert(pair);
     }
 
     /// Forgets that `pair` holds block `hash` (an engine evicted it). The block keeps its LRU
@@ -379,6 +417,46 @@ mod tests {
         assert_eq!(shard.slots.len(), 3);
         assert!(shard.add(5, (0, 1), 5), "full again: the oldest goes");
         assert_eq!(shard.oldest_first(), [3, 4, 5]);
+    }
+
+    #[test]
+    fn a_found_slot_is_taken_only_while_it_still_holds_the_block() {
+        let mut shard = Shard::new(3);
+        for hash in [1u64, 2, 3] {
+            shard.add(hash, (0, 1), 0);
+        }
+        let (slot_of_1, _) = shard.find(1).unwrap();
+        assert!(
+            !shard.add_at(1, Some(slot_of_1), (0, 2), 1),
+            "still held: refreshed"
+        );
+        assert_eq!(shard.oldest_first(), [2, 3, 1]);
+        assert_eq!(
+            shard.pods(1).map(BlockPods::to_vec),
+            Some(vec![(0, 1), (0, 2)])
+        );
+
+        // Block 2's slot is reused by block 4 between a match and its add: the hint is
+        // stale, block 2 is added anew (evicting 3), and block 4 is left alone.
+        let (slot_of_2, _) = shard.find(2).unwrap();
+        shard.add(4, (0, 1), 2);
+        assert_eq!(shard.find(4).map(|(slot, _)| slot), Some(slot_of_2));
+        assert!(shard.add_at(2, Some(slot_of_2), (0, 2), 3));
+        assert_eq!(shard.oldest_first(), [1, 4, 2]);
+        assert_eq!(shard.pods(4).map(BlockPods::to_vec), Some(vec![(0, 1)]));
+        assert_eq!(shard.pods(2).map(BlockPods::to_vec), Some(vec![(0, 2)]));
+
+        // A slot freed by a remove still carries its old hash: not taken either.
+        let (slot_of_4, _) = shard.find(4).unwrap();
+        assert!(shard.remove(4, (0, 1)));
+        assert!(!shard.add_at(4, Some(slot_of_4), (0, 3), 4));
+        assert_eq!(shard.oldest_first(), [1, 2, 4]);
+        assert_eq!(shard.len(), 3);
+        assert_eq!(shard.pods(4).map(BlockPods::to_vec), Some(vec![(0, 3)]));
+        // No hint, or a slot out of range, is a plain add.
+        assert!(shard.add_at(5, None, (0, 1), 5));
+        assert!(!shard.add_at(5, Some(999), (0, 2), 6));
+        assert_eq!(shard.oldest_first(), [2, 4, 5]);
     }
 
     #[test]

@@ -295,3 +295,58 @@ fn blocks_held_by_counts_a_pods_blocks_once_across_models_and_shards() {
     assert!(index.remove(MODEL, hashes[0], "b"));
     assert_eq!(index.blocks_held_by("b"), 2);
 }
+
+proptest::proptest! {
+    /// An add after a match (slots taken from the match's notes) leaves the index exactly as
+    /// a plain add does, even when other adds, removes and sweeps between the two evict the
+    /// matched blocks and give their slots to other blocks.
+    #[test]
+    fn add_after_match_equals_a_plain_add(seed in proptest::prelude::any::<u64>()) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        // 2 048 blocks: two shards of 1 024, filled past capacity by the pool below.
+        let noted = PrefixIndex::new(2_048, 1_000);
+        let plain = PrefixIndex::new(2_048, 1_000);
+        let pool: Vec<u64> = (0..3_000).map(|_| rng.random()).collect();
+        let pods = ["a", "b", "c"];
+        for now in 0..40 {
+            let start = rng.random_range(0..pool.len() - 200);
+            let request = &pool[start..start + rng.random_range(1..200)];
+            let pod = pods[rng.random_range(0..pods.len())];
+            let candidates: Vec<PodMatch> = pods.iter().map(|p| PodMatch::new(p)).collect();
+            let mut found = FoundBlocks::default();
+            let (mut seen_noted, mut seen_plain) = (candidates.clone(), candidates);
+            noted.match_pods_noting(MODEL, request, &mut seen_noted, &mut found);
+            plain.match_pods(MODEL, request, &mut seen_plain);
+            proptest::prop_assert_eq!(&seen_noted, &seen_plain);
+            // Between the match and its add, other requests evict, remove and sweep.
+            for index in [&noted, &plain] {
+                let mut rng = StdRng::seed_from_u64(seed ^ now);
+                let other = rng.random_range(0..pool.len() - 400);
+                index.add(MODEL, &pool[other..other + 400], "d", now * 10);
+                for _ in 0..20 {
+                    let hash = request[rng.random_range(0..request.len())];
+                    for pod in pods {
+                        index.remove(MODEL, hash, pod);
+                    }
+                }
+                index.sweep(now * 10);
+            }
+            noted.add_after_match(MODEL, request, pod, now * 10 + 5, &found);
+            plain.add(MODEL, request, pod, now * 10 + 5);
+        }
+        for (noted, plain) in noted.shards.iter().zip(plain.shards.iter()) {
+            let (noted, plain) = (lock(noted), lock(plain));
+            proptest::prop_assert_eq!(noted.oldest_first(), plain.oldest_first());
+        }
+        let everything: Vec<u64> = pool.clone();
+        for pod in pods.iter().chain(&["d"]) {
+            proptest::prop_assert_eq!(noted.blocks_held_by(pod), plain.blocks_held_by(pod));
+        }
+        for hash in everything {
+            proptest::prop_assert_eq!(
+                noted.match_blocks(MODEL, &[hash], &pods),
+                plain.match_blocks(MODEL, &[hash], &pods)
+            );
+        }
+    }
+}

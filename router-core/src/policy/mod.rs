@@ -15,7 +15,7 @@ use smallvec::SmallVec;
 
 use crate::Millis;
 use crate::decision::Selection;
-use crate::index::{PrefixIndex, Recall};
+use crate::index::{FoundBlocks, PrefixIndex, Recall};
 use crate::load::Candidate;
 
 mod least_request;
@@ -46,6 +46,10 @@ pub struct PolicyInput<'a> {
     /// The request's block hashes; empty for policies that do not use the index.
     pub hashes: &'a [u64],
     pub index: &'a PrefixIndex,
+    /// Where the policy's match found the request's blocks
+    /// ([`PrefixIndex::match_pods_noting`]), for the router's re-add of them after the
+    /// choice; a policy that matches on the index fills it, others leave it empty.
+    pub found: FoundBlocks,
     /// `prefix-load`'s longer memory of placements, when on (no other policy reads it).
     pub recall: Option<&'a Recall>,
     /// The session the request names, if any (read by `session-affinity` and `prefix-load`).

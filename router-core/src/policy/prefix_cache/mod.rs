@@ -72,7 +72,9 @@ impl Policy for PrefixCache {
             .iter()
             .map(|&i| PodMatch::new(input.pods[i].name))
             .collect();
-        input.index.match_pods(input.model, input.hashes, &mut held);
+        input
+            .index
+            .match_pods_noting(input.model, input.hashes, &mut held, &mut input.found);
         // A pod holding the first block is matched whatever its percentage: AIBrix keeps
         // one at 0 % (one block of more than 100) in `matchedPods`, so the request goes by
         // the σ filter (`prefix_match`), not to the least-request fallback.

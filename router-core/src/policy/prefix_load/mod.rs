@@ -153,7 +153,9 @@ impl Policy for PrefixLoad {
     fn choose(&self, input: &mut PolicyInput<'_>) -> Choice {
         let blocks = input.hashes.len() as u64;
         let mut held: PerPod<PodMatch> = input.pods.iter().map(|p| PodMatch::new(p.name)).collect();
-        input.index.match_pods(input.model, input.hashes, &mut held);
+        input
+            .index
+            .match_pods_noting(input.model, input.hashes, &mut held, &mut input.found);
         if let Some(recall) = input.recall {
             recall.extend(input.model, input.hashes, &mut held);
         }

@@ -131,6 +131,7 @@ impl Fleet {
                 pods: &pods,
                 hashes,
                 index: &self.index,
+                found: Default::default(),
                 recall: None,
                 session: Default::default(),
                 rng: &mut rng,

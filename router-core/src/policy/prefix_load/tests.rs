@@ -115,6 +115,7 @@ impl Cluster {
             pods: &pods,
             hashes,
             index: &self.index,
+            found: Default::default(),
             recall: None,
             session: Default::default(),
             rng: &mut rng,
