@@ -1,5 +1,5 @@
-//! A request's blocks grouped by the shard that holds them, so that match and add lock each
-//! shard once per request rather than once per block.
+//! A request's blocks grouped by the shard that holds them, so that an add locks each shard
+//! once per request rather than once per block.
 
 use smallvec::SmallVec;
 
@@ -11,7 +11,7 @@ pub(super) type Positions = SmallVec<[u32; 256]>;
 
 /// The positions of a request's blocks (indexes into its hashes), grouped by shard by a
 /// stable counting sort: inside each shard the request's order survives, which is the only
-/// order a shard's LRU list can see and the order a match walks in.
+/// order a shard's LRU list can see.
 pub(super) struct ByShard {
     /// Shard `s`'s positions are `order[starts[s]..starts[s + 1]]`.
     starts: [u32; MAX_SHARDS + 1],
