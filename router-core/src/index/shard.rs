@@ -149,7 +149,7 @@ impl Shard {
     /// [`add`](Self::add) of a block a match found in `slot` earlier: when the slot still
     /// holds `hash` the map is not probed again. A slot holds a block while it is in the
     /// LRU list (every held block is, and eviction, sweep and remove unlink a block as they
-    /// drop it), i.e. while it has an older neighbour or is the head.
+    /// drop it), i.e. while it has a newer neighbour (`prev`) or is the head.
     pub(super) fn add_at(
         &mut self,
         hash: u64,
