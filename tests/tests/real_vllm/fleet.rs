@@ -85,16 +85,42 @@ pub async fn engine_gauge(client: &Client, url: &str, name: &str) -> f64 {
 #[derive(Debug)]
 pub struct OwnReplica {
     pub backend: BackendConfig,
+    /// Its HTTP port.
+    port: u16,
     pgid: u32,
-    _child: tokio::process::Child,
+    child: tokio::process::Child,
 }
+
+/// How long a replica may take to answer /health (start.sh's default too).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl OwnReplica {
     /// Starts one more replica as start.sh does and waits (bounded) until it answers /health.
+    /// A replica that exits during startup fails the test at once with the end of its log;
+    /// one that lost a port it was given to another process in the moment between the pick
+    /// and its bind (the ports are picked free, then released for vLLM to bind) is started
+    /// once more on new ports.
     pub async fn start(fleet: &Fleet, name: &str) -> OwnReplica {
-        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let log_path = fleet.state.join(format!("{name}.log"));
+        let mut replica = OwnReplica::spawn(fleet, name, &log_path);
+        match replica.wait_healthy(name, &log_path).await {
+            Ok(()) => return replica,
+            Err(log) if log.contains("Address already in use") => {
+                eprintln!("{name}: a port was taken before vLLM bound it; starting it again");
+            }
+            Err(log) => panic!("{name} exited during startup; the end of its log:\n{log}"),
+        }
+        replica = OwnReplica::spawn(fleet, name, &log_path);
+        if let Err(log) = replica.wait_healthy(name, &log_path).await {
+            panic!("{name} exited during startup, twice; the end of its log:\n{log}");
+        }
+        replica
+    }
+
+    fn spawn(fleet: &Fleet, name: &str, log_path: &Path) -> OwnReplica {
+        let ports = free_ports::<3>();
         let script = repo_root().join("tests/real-vllm/replica.sh");
-        let log = std::fs::File::create(fleet.state.join(format!("{name}.log"))).unwrap();
+        let log = std::fs::File::create(log_path).unwrap();
         let mut command = tokio::process::Command::new(script);
         command
             .arg(fleet.read("venv"))
@@ -108,27 +134,39 @@ impl OwnReplica {
             .kill_on_drop(true);
         let child = command.spawn().expect("replica.sh starts");
         let pgid = child.id().expect("a pid");
-        let url = format!("http://127.0.0.1:{}", ports[0]);
-        let replica = OwnReplica {
+        OwnReplica {
             backend: BackendConfig {
                 name: name.to_owned(),
-                url: url.clone(),
+                url: format!("http://127.0.0.1:{}", ports[0]),
                 model: Some(MODEL.to_owned()),
                 kv_events: Some(format!("tcp://127.0.0.1:{}", ports[1])),
                 kv_replay: Some(format!("tcp://127.0.0.1:{}", ports[2])),
             },
+            port: ports[0],
             pgid,
-            _child: child,
-        };
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+            child,
+        }
+    }
+
+    /// Waits until the replica answers /health: `Err` with the end of its log when it exits
+    /// first; a panic, with the end of its log, when it neither answers nor exits in 600 s.
+    async fn wait_healthy(&mut self, name: &str, log_path: &Path) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + STARTUP_TIMEOUT;
         loop {
-            if healthy(ports[0]).await {
-                return replica;
+            if healthy(self.port).await {
+                return Ok(());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                // The engine processes of its group may outlive the API server.
+                signal_group(self.pgid, "KILL");
+                return Err(format!("({status})\n{}", log_tail(log_path)));
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "{name} did not answer /health within 600 s (log: {}/{name}.log)",
-                fleet.state.display()
+                "{name} did not answer /health within {} s; the end of its log ({}):\n{}",
+                STARTUP_TIMEOUT.as_secs(),
+                log_path.display(),
+                log_tail(log_path)
             );
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -184,12 +222,19 @@ async fn healthy(port: u16) -> bool {
     )
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `N` distinct free loopback ports: all held at once while picked, so none is given twice.
+fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<_> = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| listeners[i].local_addr().unwrap().port())
+}
+
+/// The last 30 lines of a replica's log, for a failure message.
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("(unreadable: {e})"));
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 /// The repository's root (this crate is `tests/`).
