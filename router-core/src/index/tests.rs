@@ -186,7 +186,7 @@ fn shards_split_capacity_exactly_and_bound_memory() {
 }
 
 #[test]
-fn concurrent_adds_and_matches() {
+fn concurrent_adds_matches_removes_and_sweeps() {
     let index = Arc::new(PrefixIndex::new(4_096, 60_000));
     let threads = 4;
     std::thread::scope(|scope| {
@@ -206,6 +206,12 @@ fn concurrent_adds_and_matches() {
                         index.match_names(MODEL, &hashes[..1], &[pod.as_str()]),
                         [100]
                     );
+                    // The one-shard operations, interleaved with matches that hold every
+                    // shard: none may wait on a match that waits on it.
+                    if round % 100 == 99 {
+                        index.remove(MODEL, hashes[7], "absent");
+                        index.sweep(round);
+                    }
                 }
             });
         }
