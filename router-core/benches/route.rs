@@ -217,5 +217,63 @@ fn index_ops(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decision, hashing, index_ops);
+/// `prefix-cache` decisions made by 1 and 2 threads at once on one router (the gateway's
+/// tokio workers share it), every one the same 20 KB prompt: the worst case for the shard
+/// locks, as each decision walks and re-adds the same 160 blocks. The time reported is wall
+/// time per decision, so perfect scaling halves it with two threads; what it loses to the
+/// locks is the difference.
+fn concurrent_decisions(c: &mut Criterion) {
+    let text = prompt();
+    let names: Vec<String> = (0..8).map(|i| format!("pod-{i}")).collect();
+    let router = full_router(RouterConfig::default(), &text, &names[1], &names);
+    let loads: Vec<Arc<PodLoad>> = (0..8).map(|i| PodLoad::with_outstanding(i % 3)).collect();
+    let candidates = candidates_on(&names[..2], &loads);
+    let request = RouteRequest {
+        model: MODEL,
+        text: &text,
+        tokens: None,
+        session: Default::default(),
+    };
+    let mut group = c.benchmark_group("decision-threads");
+    for threads in [1u64, 2] {
+        group.bench_function(BenchmarkId::new("prefix-cache-20KB", threads), |b| {
+            b.iter_custom(|iters| {
+                let start = std::sync::Barrier::new(threads as usize);
+                let began = std::thread::scope(|scope| {
+                    let workers: Vec<_> = (0..threads)
+                        .map(|t| {
+                            let (router, candidates, start) = (&router, &candidates, &start);
+                            scope.spawn(move || {
+                                let mut rng = StdRng::seed_from_u64(t);
+                                start.wait();
+                                let began = std::time::Instant::now();
+                                for _ in 0..iters.div_ceil(threads) {
+                                    let routed = router
+                                        .route(
+                                            Strategy::PrefixCache,
+                                            black_box(&request),
+                                            candidates,
+                                            &mut rng,
+                                            1_000,
+                                        )
+                                        .expect("pods are ready");
+                                    black_box(routed.decision.pod);
+                                }
+                                began.elapsed()
+                            })
+                        })
+                        .collect();
+                    workers
+                        .into_iter()
+                        .map(|w| w.join().expect("no panic"))
+                        .max()
+                });
+                began.expect("one thread at least")
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, decision, hashing, index_ops, concurrent_decisions);
 criterion_main!(benches);

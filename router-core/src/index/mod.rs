@@ -20,13 +20,13 @@
 //!   one block of more than 100 matches at 0 %, and is still a matched pod.
 //!
 //! Concurrency: the blocks are split over up to 8 shards by the top bits of the block hash,
-//! each shard with its own lock, map and LRU list. A match takes every shard's lock, in shard
-//! order, and holds them for its walk (one probe per block, about a microsecond for a
-//! 160-block prompt held whole): 8 lock round trips rather than one per block, which cost
-//! more than the probes, and a walk that sees one state of the index. An add visits the
+//! each shard with its own lock, map and LRU list, so no lock covers the whole index. A match
+//! locks one shard at a time, per block (holding it for one probe: taking all 8 once for the
+//! walk saved 4.6 % of a lone decision but cost 44 % of two threads' throughput on one hot
+//! prompt, `decision-threads` in the route bench); an add visits the
 //! request's blocks grouped by shard and locks each shard once, holding it for that shard's
 //! share of the request (about 20 of a 160-block request's blocks, a fraction of a
-//! microsecond), so adds of different requests interleave. Each shard holds
+//! microsecond). Each shard holds
 //! `capacity / shards` blocks (the remainder spread one each over the first shards) and
 //! evicts its own oldest block. That approximates one global LRU closely: block hashes are
 //! uniform, so every shard sees the same share of adds, and a shard's oldest block is among
@@ -47,7 +47,6 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use smallvec::SmallVec;
 use xxhash_rust::xxh64::xxh64;
 
 use crate::Millis;
@@ -198,9 +197,9 @@ impl PrefixIndex {
             return;
         }
         let model = name_key(model);
-        let shards = self.lock_all();
         for (i, &hash) in hashes.iter().enumerate() {
-            let Some((slot, holders)) = shards[self.shard_of(hash)].find(hash) else {
+            let shard = self.shard(hash);
+            let Some((slot, holders)) = shard.find(hash) else {
                 break;
             };
             if let Some(found) = found.as_deref_mut() {
@@ -328,13 +327,6 @@ impl PrefixIndex {
 
     fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
         lock(&self.shards[self.shard_of(hash)])
-    }
-
-    /// Every shard's lock, taken in shard order: what a match holds while it walks. Matches
-    /// are the only callers that hold more than one shard at once, and they all take them in
-    /// this order, so no two can wait on each other.
-    fn lock_all(&self) -> SmallVec<[MutexGuard<'_, Shard>; MAX_SHARDS]> {
-        self.shards.iter().map(lock).collect()
     }
 
     fn shard_of(&self, hash: u64) -> usize {
