@@ -22,8 +22,8 @@
 //! Concurrency: the blocks are split over up to 8 shards by the top bits of the block hash,
 //! each shard with its own lock, map and LRU list, so no lock covers the whole index. A match
 //! locks one shard at a time, per block (holding it for one probe: taking all 8 once for the
-//! walk saved 4.6 % of a lone decision but cost 44 % of two threads' throughput on one hot
-//! prompt, `decision-threads` in the route bench); an add visits the
+//! walk saved 4.6 % of a lone decision but cost two threads on one hot prompt 31 % of their
+//! throughput, `decision-threads` in the route bench); an add visits the
 //! request's blocks grouped by shard and locks each shard once, holding it for that shard's
 //! share of the request (about 20 of a 160-block request's blocks, a fraction of a
 //! microsecond). Each shard holds
