@@ -1,6 +1,8 @@
 //! The cost of one `prefix-cache` decision, and one `prefix-load` decision beside it (issue 7:
 //! within 2× of `prefix-cache`), for a 20 KB prompt against a full 200 000-block index (SPEC §6
-//! target: ≤ 5 µs), with 2 and 8 pods, and the cost of hashing the prompt alone. Results and the command go in `docs/PERFORMANCE.md`.
+//! target: ≤ 5 µs), with 2 and 8 pods, the cost of hashing the prompt alone, and decisions
+//! made by two threads at once (the shard locks under contention). Results and the command
+//! go in `docs/PERFORMANCE.md`.
 //!
 //! A decision here is everything [`Router::route`] does: tokenize (`character`), hash the
 //! 160 full blocks, read the loads, the imbalance gate, match, σ filter, count the request
