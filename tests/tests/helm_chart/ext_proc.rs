@@ -8,8 +8,9 @@
 use gateway::config::Dialect;
 use serde_json::Value;
 
+use super::deployed::Gateway;
 use super::render::{NAMESPACE, Rendered, list, named, text};
-use super::{ENGINES, GATEWAY, Gateway};
+use super::{ENGINES, GATEWAY};
 
 /// The Service port that reaches the ext_proc listener, checked against the pod's.
 fn service_port(rendered: &Rendered, gateway: &Gateway) -> u64 {

@@ -7,8 +7,10 @@
 use gateway::config::KvSyncConfig;
 use serde_json::Value;
 
+use super::ENGINES;
+use super::cases::engine;
+use super::deployed::{Gateway, gateway};
 use super::render::{CHART, NAMESPACE, RELEASE, Rendered, helm, list, render};
-use super::{ENGINES, Gateway, engine, gateway};
 use mock_engine::kv_events::KvEventsConfig;
 
 /// The container ports named `prefix-R` for R = 0, 1, …, in rank order.
