@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""The held-out evaluation of a routing policy, in one command: the workloads issue 28's
+"done when" names (unequal replicas at the seed's rate and at 1.0 rps per pair, 12k-token
+prompts, 12 families on 3 replicas, overload, 8 replicas) and the seed, each simulated on
+the virtual clock with the baselines beside the policy, then one table: every route's total
+of good requests, the policy's margin over the best baseline, and each (round, scenario)
+cell where the policy is more than MARGIN good requests below the best baseline there.
+
+    cargo build --release -p loadgen
+    loadgen/evaluate/heldout.py [--only NAME,...] [--route prefix-load] [--margin 4] [--out DIR]
+
+Routing settings come from the environment as for `loadgen simulate` (PREFIXGATE_PREFIX_LOAD_*,
+AIBRIX_PREFIX_CACHE_*), so a setting is evaluated by exporting it. Exits 1 when a workload's
+policy total is below its best baseline or a cell is more than MARGIN below; 0 otherwise.
+A run of the whole set takes about two minutes of one core (release build).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE = "l20-qwen27b-fp8"
+SLOW = str(ROOT / "config/engines/l20-qwen27b-fp8-slow.toml")
+MATRIX = ROOT / "config/matrix-24.toml"
+MATRIX_X3 = str(ROOT / "config/matrix-24x3.toml")
+BASELINES = ["random", "least-request", "prefix-cache"]
+
+
+def variant(edits):
+    """config/matrix-24.toml with `key = value` lines of its [workload] replaced."""
+    def make(folder):
+        text = MATRIX.read_text()
+        for key, value in edits.items():
+            text, n = re.subn(rf"(?m)^{key} = [^#\n]*", f"{key} = {value} ", text)
+            if n != 1:
+                sys.exit(f"heldout.py: {MATRIX} has no single `{key} =` line to edit")
+        path = Path(folder) / ("matrix-" + "-".join(f"{k}{v}" for k, v in edits.items()) + ".toml")
+        path.write_text(text)
+        return str(path)
+    return make
+
+
+# name: (what it is, the `loadgen simulate` arguments; a callable makes its matrix file in the
+# run's folder and stands for its path)
+WORKLOADS = {
+    "seed": ("the seed matrix, 2 replicas", []),
+    "u2": ("L20 + slow, 1.6 rps", ["--matrix", MATRIX_X3, "--replicas", "2",
+            "--engine-profile", f"{ENGINE},{SLOW}", "--rps", "1.6", "--count", "96"]),
+    "u2-1.0": ("L20 + slow, 1.0 rps", ["--matrix", MATRIX_X3, "--replicas", "2",
+                "--engine-profile", f"{ENGINE},{SLOW}", "--rps", "1.0", "--count", "96"]),
+    "u3": ("2 L20 + slow, 2.4 rps", ["--matrix", MATRIX_X3, "--replicas", "3",
+            "--engine-profile", f"{ENGINE},{ENGINE},{SLOW}", "--rps", "2.4", "--count", "144"]),
+    "u3-1.5": ("2 L20 + slow, 1.5 rps", ["--matrix", MATRIX_X3, "--replicas", "3",
+                "--engine-profile", f"{ENGINE},{ENGINE},{SLOW}", "--rps", "1.5", "--count", "144"]),
+    "u4": ("2 L20 + 2 slow, 3.2 rps", ["--matrix", MATRIX_X3, "--replicas", "4",
+            "--engine-profile", f"{ENGINE},{SLOW}", "--rps", "3.2", "--count", "192"]),
+    "u4-2.0": ("2 L20 + 2 slow, 2.0 rps", ["--matrix", MATRIX_X3, "--replicas", "4",
+                "--engine-profile", f"{ENGINE},{SLOW}", "--rps", "2.0", "--count", "192"]),
+    "p12k": ("12k-token prompts, 0.67 rps", ["--matrix", variant({"prefix_tokens": 11000,
+              "tail_tokens": "[900, 1100]"}), "--rps", "0.67"]),
+    "f12r3": ("12 families, 3 replicas, 2.4 rps", ["--matrix", variant({"families": 12}),
+               "--replicas", "3", "--rps", "2.4", "--count", "144"]),
+    "overload": ("config/workloads/overload.toml", [
+        "--matrix", str(ROOT / "config/workloads/overload.toml")]),
+    "overload-3k": ("config/workloads/overload-3k.toml", [
+        "--matrix", str(ROOT / "config/workloads/overload-3k.toml")]),
+    "r8": ("8 replicas, 6.4 rps", ["--replicas", "8", "--rps", "6.4", "--count", "384"]),
+}
+
+
+def good_by_cell(result):
+    """{(round, scenario): {route: good}} of a `loadgen simulate` result."""
+    cells = defaultdict(dict)
+    for phase in result["phases"]:
+        cells[(phase["phase"].split("-")[0], phase["scenario"])][phase["route"]] = phase["good"]
+    return cells
+
+
+def simulate(loadgen, args, folder, name, route):
+    args = [a(folder) if callable(a) else a for a in args]
+    out = Path(folder) / f"{name}.json"
+    command = [loadgen, "simulate", "--routes", ",".join(BASELINES + [route]), *args,
+               "--out", str(out)]
+    run = subprocess.run(command, capture_output=True, text=True)
+    if run.returncode != 0:
+        return None, (run.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return json.loads(out.read_text()), None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--loadgen", default=str(ROOT / "target/release/loadgen"))
+    parser.add_argument("--route", default="prefix-load", help="the policy under test")
+    parser.add_argument("--margin", type=int, default=4,
+                        help="a cell more than this many good requests below the best baseline fails")
+    parser.add_argument("--only", help="comma-separated workload names: " + ", ".join(WORKLOADS))
+    parser.add_argument("--out", help="keep the result JSONs in this folder")
+    options = parser.parse_args()
+    names = options.only.split(",") if options.only else list(WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        parser.error(f"no workload {', '.join(unknown)}; the workloads: {', '.join(WORKLOADS)}")
+    if not os.access(options.loadgen, os.X_OK):
+        parser.error(f"{options.loadgen} is not an executable: cargo build --release -p loadgen")
+
+    folder = options.out or tempfile.mkdtemp(prefix="heldout-")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    route = options.route
+    print(f"| workload | {' | '.join(BASELINES)} | {route} | vs best baseline | cells > {options.margin} below |")
+    print("|---|" + "---|" * (len(BASELINES) + 3))
+    failed = 0
+    for name in names:
+        what, args = WORKLOADS[name]
+        result, error = simulate(options.loadgen, args, folder, name, route)
+        if error:
+            failed += 1
+            print(f"| {name}: {what} | {' | '.join('' for _ in BASELINES)} | | stopped: {error} | |")
+            continue
+        cells = good_by_cell(result)
+        totals = {r: sum(c.get(r, 0) for c in cells.values()) for r in BASELINES + [route]}
+        best = max(BASELINES, key=lambda r: totals[r])
+        low = []
+        for (rnd, scenario), good in sorted(cells.items()):
+            rival = max(BASELINES, key=lambda r: good.get(r, 0))
+            gap = good.get(route, 0) - good.get(rival, 0)
+            if gap < -options.margin:
+                low.append(f"{rnd} {scenario} {gap:+d} ({rival})")
+        if totals[route] < totals[best] or low:
+            failed += 1
+        margin = totals[route] - totals[best]
+        print(f"| {name}: {what} | {' | '.join(str(totals[r]) for r in BASELINES)} | "
+              f"**{totals[route]}** | {margin:+d} ({best}) | {'; '.join(low) or 'none'} |")
+        sys.stdout.flush()
+    print(f"\n{len(names) - failed} of {len(names)} workloads pass (results in {folder})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
