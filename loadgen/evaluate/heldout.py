@@ -7,7 +7,7 @@ of good requests, the policy's margin over the best baseline, and each (round, s
 cell where the policy is more than MARGIN good requests below the best baseline there.
 
     cargo build --release -p loadgen
-    loadgen/evaluate/heldout.py [--only NAME,...] [--route prefix-load] [--margin 4] [--out DIR]
+    loadgen/evaluate/heldout.py [--only NAME,...] [--route prefix-load] [--margin 4] [--draws N] [--out DIR]
 
 Routing settings come from the environment as for `loadgen simulate` (PREFIXGATE_PREFIX_LOAD_*,
 AIBRIX_PREFIX_CACHE_*), so a setting is evaluated by exporting it. Exits 1 when a workload's
@@ -74,19 +74,22 @@ WORKLOADS = {
 }
 
 
-def good_by_cell(result):
-    """{(round, scenario): {route: good}} of a `loadgen simulate` result."""
-    cells = defaultdict(dict)
-    for phase in result["phases"]:
-        cells[(phase["phase"].split("-")[0], phase["scenario"])][phase["route"]] = phase["good"]
+def good_by_cell(results):
+    """{(round, scenario): {route: good}} of `loadgen simulate` results (the same workload
+    under several routing draws: the mean over them)."""
+    cells = defaultdict(lambda: defaultdict(float))
+    for result in results:
+        for phase in result["phases"]:
+            cell = cells[(phase["phase"].split("-")[0], phase["scenario"])]
+            cell[phase["route"]] += phase["good"] / len(results)
     return cells
 
 
-def simulate(loadgen, args, folder, name, route):
+def simulate(loadgen, args, folder, name, route, draw):
     args = [a(folder) if callable(a) else a for a in args]
-    out = Path(folder) / f"{name}.json"
+    out = Path(folder) / f"{name}-draw{draw}.json"
     command = [loadgen, "simulate", "--routes", ",".join(BASELINES + [route]), *args,
-               "--out", str(out)]
+               "--routing-draw", str(draw), "--out", str(out)]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         return None, (run.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -101,6 +104,9 @@ def main():
                         help="a cell more than this many good requests below the best baseline fails")
     parser.add_argument("--only", help="comma-separated workload names: " + ", ".join(WORKLOADS))
     parser.add_argument("--out", help="keep the result JSONs in this folder")
+    parser.add_argument("--draws", type=int, default=1,
+                        help="run each workload with routing draws 0..N-1 (the same arrivals, other "
+                        "tie-breaks) and judge the mean: tells a route's luck from its rule")
     options = parser.parse_args()
     names = options.only.split(",") if options.only else list(WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]
@@ -117,20 +123,25 @@ def main():
     failed = 0
     for name in names:
         what, args = WORKLOADS[name]
-        result, error = simulate(options.loadgen, args, folder, name, route)
+        results, error = [], None
+        for draw in range(max(options.draws, 1)):
+            result, error = simulate(options.loadgen, args, folder, name, route, draw)
+            if error:
+                break
+            results.append(result)
         if error:
             failed += 1
             print(f"| {name}: {what} | {' | '.join('' for _ in BASELINES)} | | stopped: {error} | |")
             continue
-        cells = good_by_cell(result)
-        totals = {r: sum(c.get(r, 0) for c in cells.values()) for r in BASELINES + [route]}
+        cells = good_by_cell(results)
+        totals = {r: round(sum(c.get(r, 0) for c in cells.values())) for r in BASELINES + [route]}
         best = max(BASELINES, key=lambda r: totals[r])
         low = []
         for (rnd, scenario), good in sorted(cells.items()):
             rival = max(BASELINES, key=lambda r: good.get(r, 0))
             gap = good.get(route, 0) - good.get(rival, 0)
             if gap < -options.margin:
-                low.append(f"{rnd} {scenario} {gap:+d} ({rival})")
+                low.append(f"{rnd} {scenario} {gap:+.3g} ({rival})")
         if totals[route] < totals[best] or low:
             failed += 1
         margin = totals[route] - totals[best]
