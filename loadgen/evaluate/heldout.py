@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The held-out evaluation of a routing policy, in one command: the workloads issue 28's
 "done when" names (unequal replicas at the seed's rate and at 1.0 rps per pair, 12k-token
-prompts, 12 families on 3 replicas, overload, 8 replicas) and the seed, each simulated on
-the virtual clock with the baselines beside the policy, then one table: every route's total
+prompts, 12 families on 3 replicas, overload, 8 replicas), the seed, and Mooncake's trace at
+4, 8 and 16 replicas, each simulated on the virtual clock with the baselines beside the
+policy, then one table: every route's total
 of good requests, the policy's margin over the best baseline, and each (round, scenario)
 cell where the policy is more than MARGIN good requests below the best baseline there.
 
@@ -12,7 +13,8 @@ cell where the policy is more than MARGIN good requests below the best baseline 
 Routing settings come from the environment as for `loadgen simulate` (PREFIXGATE_PREFIX_LOAD_*,
 AIBRIX_PREFIX_CACHE_*), so a setting is evaluated by exporting it. Exits 1 when a workload's
 policy total is below its best baseline or a cell is more than MARGIN below; 0 otherwise.
-A run of the whole set takes about two minutes of one core (release build).
+A run of the whole set takes about six minutes of one core (release build), most of it the
+trace; `--only` picks workloads.
 """
 import argparse
 import json
@@ -72,6 +74,12 @@ WORKLOADS = {
         "--matrix", str(ROOT / "config/workloads/overload-3k.toml")]),
     "r8": ("8 replicas, 6.4 rps", ["--replicas", "8", "--rps", "6.4", "--count", "384"]),
 }
+# Mooncake's synthetic trace, replayed on the virtual clock (`loadgen replay --sim`): one
+# total per route, no cells. The trace sits outside the repository (../shared/traces/).
+TRACE = ROOT.parent / "shared/traces/mooncake-synthetic.jsonl"
+for replicas in (4, 8, 16):
+    WORKLOADS[f"mooncake-{replicas}"] = (f"Mooncake trace, {replicas} replicas", [
+        "--trace", str(TRACE), "--sim", "--replicas", str(replicas)])
 
 
 def good_by_cell(results):
@@ -86,14 +94,22 @@ def good_by_cell(results):
 
 
 def simulate(loadgen, args, folder, name, route, draw):
+    """One `loadgen simulate` (or, for a trace, `loadgen replay`) result, as phases."""
     args = [a(folder) if callable(a) else a for a in args]
     out = Path(folder) / f"{name}-draw{draw}.json"
-    command = [loadgen, "simulate", "--routes", ",".join(BASELINES + [route]), *args,
-               "--routing-draw", str(draw), "--out", str(out)]
+    replay = "--trace" in args
+    command = [loadgen, "replay" if replay else "simulate",
+               "--routes", ",".join(BASELINES + [route]), *args, "--out", str(out)]
+    if not replay:  # a replay has no routing draw to set
+        command[-2:-2] = ["--routing-draw", str(draw)]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         return None, (run.stderr.strip().splitlines() or ["(no output)"])[-1]
-    return json.loads(out.read_text()), None
+    result = json.loads(out.read_text())
+    if replay:  # the whole trace as one cell
+        result = {"phases": [{"phase": "trace", "scenario": "all", "route": run["route"],
+                              "good": run["good"]} for run in result["runs"]]}
+    return result, None
 
 
 def main():
@@ -124,7 +140,9 @@ def main():
     for name in names:
         what, args = WORKLOADS[name]
         results, error = [], None
-        for draw in range(max(options.draws, 1)):
+        # A replay has no routing draw: one run is every run.
+        draws = 1 if "--trace" in args else max(options.draws, 1)
+        for draw in range(draws):
             result, error = simulate(options.loadgen, args, folder, name, route, draw)
             if error:
                 break
@@ -140,7 +158,7 @@ def main():
         for (rnd, scenario), good in sorted(cells.items()):
             rival = max(BASELINES, key=lambda r: good.get(r, 0))
             gap = good.get(route, 0) - good.get(rival, 0)
-            if gap < -options.margin:
+            if gap < -options.margin and len(cells) > 1:
                 low.append(f"{rnd} {scenario} {gap:+.3g} ({rival})")
         if totals[route] < totals[best] or low:
             failed += 1
