@@ -128,8 +128,7 @@ impl OwnReplica {
             ),
         };
         eprintln!("{name}: starting it once more, as {first}");
-        signal_group(replica.pgid, "KILL");
-        drop(replica);
+        drop(replica); // kills its group
         let _ = std::fs::rename(&log_path, fleet.state.join(format!("{name}-first.log")));
         let mut replica = OwnReplica::spawn(fleet, name, &log_path);
         match replica.wait_healthy(&log_path).await {
