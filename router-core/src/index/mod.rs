@@ -361,4 +361,6 @@ fn name_key(name: &str) -> ModelKey {
 }
 
 #[cfg(test)]
+mod model_tests;
+#[cfg(test)]
 mod tests;
