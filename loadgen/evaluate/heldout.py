@@ -13,8 +13,8 @@ cell where the policy is more than MARGIN good requests below the best baseline 
 Routing settings come from the environment as for `loadgen simulate` (PREFIXGATE_PREFIX_LOAD_*,
 AIBRIX_PREFIX_CACHE_*), so a setting is evaluated by exporting it. Exits 1 when a workload's
 policy total is below its best baseline or a cell is more than MARGIN below; 0 otherwise.
-A run of the whole set takes about six minutes of one core (release build), most of it the
-trace; `--only` picks workloads.
+The whole set is about six minutes of one core (release build), most of it the trace, run
+`--jobs` (the machine's cores) at a time; `--only` picks workloads.
 """
 import argparse
 import json
@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,6 +113,38 @@ def simulate(loadgen, args, folder, name, route, draw):
     return result, None
 
 
+def runs(loadgen, name, folder, route, draws):
+    """Every draw's result of workload `name`, or the error that stopped one."""
+    _, args = WORKLOADS[name]
+    results = []
+    # A replay has no routing draw: one run is every run.
+    for draw in range(1 if "--trace" in args else draws):
+        result, error = simulate(loadgen, args, folder, name, route, draw)
+        if error:
+            return [], error
+        results.append(result)
+    return results, None
+
+
+def row(name, results, route, margin):
+    """The table row of `name`'s results, and whether the workload passes."""
+    what, _ = WORKLOADS[name]
+    cells = good_by_cell(results)
+    totals = {r: round(sum(c.get(r, 0) for c in cells.values())) for r in BASELINES + [route]}
+    best = max(BASELINES, key=lambda r: totals[r])
+    low = []
+    for (rnd, scenario), good in sorted(cells.items()):
+        rival = max(BASELINES, key=lambda r: good.get(r, 0))
+        gap = good.get(route, 0) - good.get(rival, 0)
+        if gap < -margin and len(cells) > 1:
+            low.append(f"{rnd} {scenario} {gap:+.3g} ({rival})")
+    passes = totals[route] >= totals[best] and not low
+    text = (f"| {name}: {what} | {' | '.join(str(totals[r]) for r in BASELINES)} | "
+            f"**{totals[route]}** | {totals[route] - totals[best]:+d} ({best}) | "
+            f"{'; '.join(low) or 'none'} |")
+    return text, passes
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--loadgen", default=str(ROOT / "target/release/loadgen"))
@@ -123,6 +156,8 @@ def main():
     parser.add_argument("--draws", type=int, default=1,
                         help="run each workload with routing draws 0..N-1 (the same arrivals, other "
                         "tie-breaks) and judge the mean: tells a route's luck from its rule")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="simulations run at once (default: the machine's cores)")
     options = parser.parse_args()
     names = options.only.split(",") if options.only else list(WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]
@@ -130,6 +165,8 @@ def main():
         parser.error(f"no workload {', '.join(unknown)}; the workloads: {', '.join(WORKLOADS)}")
     if not os.access(options.loadgen, os.X_OK):
         parser.error(f"{options.loadgen} is not an executable: cargo build --release -p loadgen")
+    if options.draws < 1 or options.jobs < 1:
+        parser.error("--draws and --jobs take a number of at least 1")
 
     folder = options.out or tempfile.mkdtemp(prefix="heldout-")
     Path(folder).mkdir(parents=True, exist_ok=True)
@@ -137,35 +174,18 @@ def main():
     print(f"| workload | {' | '.join(BASELINES)} | {route} | vs best baseline | cells > {options.margin} below |")
     print("|---|" + "---|" * (len(BASELINES) + 3))
     failed = 0
-    for name in names:
-        what, args = WORKLOADS[name]
-        results, error = [], None
-        # A replay has no routing draw: one run is every run.
-        draws = 1 if "--trace" in args else max(options.draws, 1)
-        for draw in range(draws):
-            result, error = simulate(options.loadgen, args, folder, name, route, draw)
+    with ThreadPoolExecutor(max_workers=options.jobs) as pool:
+        pending = [pool.submit(runs, options.loadgen, name, folder, route, options.draws)
+                   for name in names]
+        for name, future in zip(names, pending):  # in the set's order, each once it is done
+            results, error = future.result()
             if error:
-                break
-            results.append(result)
-        if error:
-            failed += 1
-            print(f"| {name}: {what} | {' | '.join('' for _ in BASELINES)} | | stopped: {error} | |")
-            continue
-        cells = good_by_cell(results)
-        totals = {r: round(sum(c.get(r, 0) for c in cells.values())) for r in BASELINES + [route]}
-        best = max(BASELINES, key=lambda r: totals[r])
-        low = []
-        for (rnd, scenario), good in sorted(cells.items()):
-            rival = max(BASELINES, key=lambda r: good.get(r, 0))
-            gap = good.get(route, 0) - good.get(rival, 0)
-            if gap < -options.margin and len(cells) > 1:
-                low.append(f"{rnd} {scenario} {gap:+.3g} ({rival})")
-        if totals[route] < totals[best] or low:
-            failed += 1
-        margin = totals[route] - totals[best]
-        print(f"| {name}: {what} | {' | '.join(str(totals[r]) for r in BASELINES)} | "
-              f"**{totals[route]}** | {margin:+d} ({best}) | {'; '.join(low) or 'none'} |")
-        sys.stdout.flush()
+                text, passes = (f"| {name}: {WORKLOADS[name][0]} | "
+                                f"{' | '.join('' for _ in BASELINES)} | | stopped: {error} | |"), False
+            else:
+                text, passes = row(name, results, route, options.margin)
+            failed += not passes
+            print(text, flush=True)
     print(f"\n{len(names) - failed} of {len(names)} workloads pass (results in {folder})")
     return 1 if failed else 0
 
