@@ -105,7 +105,7 @@ def simulate(loadgen, args, folder, name, route, draw):
         command[-2:-2] = ["--routing-draw", str(draw)]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
-        return None, (run.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return None, why(run.stderr)
     result = json.loads(out.read_text())
     if replay:  # the whole trace as one cell
         result = {"phases": [{"phase": "trace", "scenario": "all", "route": run["route"],
@@ -143,6 +143,22 @@ def row(name, results, route, margin):
             f"**{totals[route]}** | {totals[route] - totals[best]:+d} ({best}) | "
             f"{'; '.join(low) or 'none'} |")
     return text, passes
+
+
+def why(stderr):
+    """What a failed loadgen said: its `Error:` and the causes under it, on one line (any
+    backtrace after them left out)."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    start = next((i for i, line in enumerate(lines) if line.startswith("Error:")), None)
+    if start is None:
+        return next((line for line in reversed(lines) if line), "(no output)")
+    said = []
+    for line in lines[start:]:
+        if line.startswith("Stack backtrace") or line.startswith("0:"):
+            break
+        if line and line != "Caused by:":
+            said.append(line)
+    return ": ".join(said)
 
 
 def main():
