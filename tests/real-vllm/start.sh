@@ -27,46 +27,54 @@ cores=$(nproc)
 echo "$venv" >"$state/venv"
 echo "$model" >"$state/model"
 
-# Free loopback ports, three per replica (HTTP, KV events, replay).
-mapfile -t ports < <("$venv/bin/python" - "$((3 * count))" <<'PY'
+# N free loopback ports, picked while all are held, so none is given twice.
+free_ports() {
+    "$venv/bin/python" - "$1" <<'PY'
 import socket, sys
 socks = []
 for _ in range(int(sys.argv[1])):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     socks.append(s)
-for s in socks:
-    print(s.getsockname()[1])
+print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
-)
+}
 
-: >"$state/replicas"
-: >"$state/backends.toml"
-for ((i = 0; i < count; i++)); do
-    name="vllm-$i"
-    port=${ports[$((3 * i))]} kv=${ports[$((3 * i + 1))]} replay=${ports[$((3 * i + 2))]}
-    # Its own session, so stop.sh (or a test) can end the API server and its engine
-    # processes together, as a pod's end does.
-    setsid "$here/replica.sh" "$venv" "$model" "$port" "$kv" "$replay" "$((i % cores))" \
-        >"$state/$name.log" 2>&1 </dev/null &
+declare -a port kv replay
+# Starts replica I on its ports (HTTP, KV events, replay) in its own session, so stop.sh (or
+# a test) can end the API server and its engine processes together, as a pod's end does.
+launch() {
+    local i=$1 name="vllm-$1"
+    setsid "$here/replica.sh" "$venv" "$model" "${port[$i]}" "${kv[$i]}" "${replay[$i]}" \
+        "$((i % cores))" >"$state/$name.log" 2>&1 </dev/null &
     echo "$!" >"$state/$name.pgid"
-    echo "$name=http://127.0.0.1:$port" >>"$state/replicas"
-    cat >>"$state/backends.toml" <<TOML
-[[backends]]
-name = "$name"
-url = "http://127.0.0.1:$port"
-model = "tiny"
-kv_events = "tcp://127.0.0.1:$kv"
-kv_replay = "tcp://127.0.0.1:$replay"
+}
 
-TOML
+# Every replica's three ports in one pick, so that no two replicas share one.
+read -r -a picked < <(free_ports "$((3 * count))")
+for ((i = 0; i < count; i++)); do
+    port[i]=${picked[$((3 * i))]} kv[i]=${picked[$((3 * i + 1))]} replay[i]=${picked[$((3 * i + 2))]}
 done
+for ((i = 0; i < count; i++)); do launch "$i"; done
 echo "start.sh: starting $count replica(s); state and logs in $state" >&2
 
+# Each replica until it answers /health. One that exits because a port it was given was
+# taken before it bound it (vLLM picks ports of its own for its processes while it starts,
+# from the same free range) is started once more on new ports; any other exit, or no answer
+# within the timeout, stops them all.
 deadline=$((SECONDS + startup_timeout))
-while IFS='=' read -r name url; do
-    until curl -sf -o /dev/null "$url/health"; do
+for ((i = 0; i < count; i++)); do
+    name="vllm-$i" retried=0
+    until curl -sf -o /dev/null "http://127.0.0.1:${port[$i]}/health"; do
         if ! kill -0 "$(cat "$state/$name.pgid")" 2>/dev/null; then
+            if [ "$retried" = 0 ] && grep -q "Address already in use" "$state/$name.log"; then
+                echo "start.sh: $name lost a port before it bound it; starting it again" >&2
+                mv "$state/$name.log" "$state/$name-first.log"
+                read -r "port[$i]" "kv[$i]" "replay[$i]" < <(free_ports 3)
+                launch "$i"
+                retried=1
+                continue
+            fi
             echo "start.sh: error: $name exited during startup; the end of its log:" >&2
             tail -n 20 "$state/$name.log" >&2
             "$here/stop.sh" "$state"
@@ -79,5 +87,22 @@ while IFS='=' read -r name url; do
         fi
         sleep 1
     done
-done <"$state/replicas"
+done
+
+# The replicas as the suite and prefixgate read them, with the ports they came up on.
+: >"$state/replicas"
+: >"$state/backends.toml"
+for ((i = 0; i < count; i++)); do
+    name="vllm-$i"
+    echo "$name=http://127.0.0.1:${port[$i]}" >>"$state/replicas"
+    cat >>"$state/backends.toml" <<TOML
+[[backends]]
+name = "$name"
+url = "http://127.0.0.1:${port[$i]}"
+model = "tiny"
+kv_events = "tcp://127.0.0.1:${kv[$i]}"
+kv_replay = "tcp://127.0.0.1:${replay[$i]}"
+
+TOML
+done
 cat "$state/replicas"
