@@ -49,22 +49,22 @@ def variant(edits):
     return make
 
 
+def unequal(fleet, replicas, profiles, rps, count):
+    """An unequal fleet on the three-round matrix (replica i runs profiles[i % len])."""
+    return (f"{fleet}, {rps} rps", ["--matrix", MATRIX_X3, "--replicas", str(replicas),
+            "--engine-profile", ",".join(profiles), "--rps", rps, "--count", str(count)])
+
+
 # name: (what it is, the `loadgen simulate` arguments; a callable makes its matrix file in the
 # run's folder and stands for its path)
 WORKLOADS = {
     "seed": ("the seed matrix, 2 replicas", []),
-    "u2": ("L20 + slow, 1.6 rps", ["--matrix", MATRIX_X3, "--replicas", "2",
-            "--engine-profile", f"{ENGINE},{SLOW}", "--rps", "1.6", "--count", "96"]),
-    "u2-1.0": ("L20 + slow, 1.0 rps", ["--matrix", MATRIX_X3, "--replicas", "2",
-                "--engine-profile", f"{ENGINE},{SLOW}", "--rps", "1.0", "--count", "96"]),
-    "u3": ("2 L20 + slow, 2.4 rps", ["--matrix", MATRIX_X3, "--replicas", "3",
-            "--engine-profile", f"{ENGINE},{ENGINE},{SLOW}", "--rps", "2.4", "--count", "144"]),
-    "u3-1.5": ("2 L20 + slow, 1.5 rps", ["--matrix", MATRIX_X3, "--replicas", "3",
-                "--engine-profile", f"{ENGINE},{ENGINE},{SLOW}", "--rps", "1.5", "--count", "144"]),
-    "u4": ("2 L20 + 2 slow, 3.2 rps", ["--matrix", MATRIX_X3, "--replicas", "4",
-            "--engine-profile", f"{ENGINE},{SLOW}", "--rps", "3.2", "--count", "192"]),
-    "u4-2.0": ("2 L20 + 2 slow, 2.0 rps", ["--matrix", MATRIX_X3, "--replicas", "4",
-                "--engine-profile", f"{ENGINE},{SLOW}", "--rps", "2.0", "--count", "192"]),
+    "u2": unequal("L20 + slow", 2, [ENGINE, SLOW], "1.6", 96),
+    "u2-1.0": unequal("L20 + slow", 2, [ENGINE, SLOW], "1.0", 96),
+    "u3": unequal("2 L20 + slow", 3, [ENGINE, ENGINE, SLOW], "2.4", 144),
+    "u3-1.5": unequal("2 L20 + slow", 3, [ENGINE, ENGINE, SLOW], "1.5", 144),
+    "u4": unequal("2 L20 + 2 slow", 4, [ENGINE, SLOW], "3.2", 192),
+    "u4-2.0": unequal("2 L20 + 2 slow", 4, [ENGINE, SLOW], "2.0", 192),
     "p12k": ("12k-token prompts, 0.67 rps", ["--matrix", variant({"prefix_tokens": 11000,
               "tail_tokens": "[900, 1100]"}), "--rps", "0.67"]),
     "f12r3": ("12 families, 3 replicas, 2.4 rps", ["--matrix", variant({"families": 12}),
