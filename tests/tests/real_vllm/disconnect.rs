@@ -61,6 +61,12 @@ async fn a_client_that_leaves_mid_stream_makes_vllm_abort_the_request() {
     gateway.wait_outstanding_zero(&client).await;
 }
 
+/// Reads in a row, 250 ms apart, that must agree before the counters count as settled. The
+/// running gauge comes from vLLM's engine process and the finished count from its API
+/// server's output processing, so under load the count can still move after the gauge reads
+/// 0: with two reads, a CI run counted an earlier test's last request as this one's.
+const SETTLED_READS: usize = 5;
+
 /// The replica's finished-at-length and generated-token counters once they stop moving with
 /// nothing running (bounded: 20 s).
 async fn settled(client: &Client, url: &str) -> (f64, f64) {
@@ -73,10 +79,16 @@ async fn settled(client: &Client, url: &str) -> (f64, f64) {
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let mut last = read().await;
+    let mut agreeing = 1;
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let now = read().await;
-        if now == last && now.0 == 0.0 {
+        agreeing = if now == last && now.0 == 0.0 {
+            agreeing + 1
+        } else {
+            1
+        };
+        if agreeing == SETTLED_READS {
             return (now.1, now.2);
         }
         assert!(
