@@ -84,6 +84,7 @@ fn late_loads(n: usize) -> (Vec<Arc<PodLoad>>, Vec<InFlight>) {
                 prefill_blocks: 1_000,
                 shared_prefix: None,
                 copies_prefix: false,
+                max_tokens: None,
             })
         })
         .collect();
@@ -124,6 +125,7 @@ fn decision(c: &mut Criterion) {
             text: &text,
             tokens: None,
             session: Default::default(),
+            max_tokens: None,
         };
         // The same request in a session (its key's rendezvous pod is weighed as holding it).
         let in_session = RouteRequest {
@@ -235,6 +237,7 @@ fn concurrent_decisions(c: &mut Criterion) {
         text: &text,
         tokens: None,
         session: Default::default(),
+        max_tokens: None,
     };
     let mut group = c.benchmark_group("decision-threads");
     for threads in [1u64, 2] {

@@ -35,6 +35,9 @@ pub struct RouteRequest<'a> {
     pub tokens: Option<&'a [u8]>,
     /// The session the request names (`x-session-id`, `x-aibrix-session-key`).
     pub session: Session<'a>,
+    /// The most tokens it may answer (its body's `max_tokens`), when it says: how long it
+    /// will hold a batch slot once it answers ([`crate::load::RequestWork::max_tokens`]).
+    pub max_tokens: Option<u64>,
 }
 
 /// A decision plus the guard that holds the request against the chosen pod.
@@ -281,6 +284,7 @@ impl Router {
                 prefill_blocks: uncached_blocks(blocks, choice.match_percent.unwrap_or(0)),
                 shared_prefix: choice.shared_prefix,
                 copies_prefix: choice.selection == Some(crate::decision::Selection::CostModel),
+                max_tokens: request.max_tokens,
             },
             now,
         );

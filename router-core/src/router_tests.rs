@@ -13,6 +13,7 @@ fn request(text: &str) -> RouteRequest<'_> {
         text,
         tokens: None,
         session: Default::default(),
+        max_tokens: None,
     }
 }
 
@@ -57,6 +58,7 @@ fn engine_tokens_replace_the_text_tokenizer() {
         text: "some other text entirely",
         tokens: Some(&bytes),
         session: Default::default(),
+        max_tokens: None,
     };
     let text_only = RouteRequest {
         tokens: None,

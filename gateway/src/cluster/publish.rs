@@ -60,7 +60,7 @@ impl InFlightIds {
 }
 
 /// One routed request's messages to the peers: its decision went out when it was made; its
-/// first byte and its release go out through this ticket (the release when it drops, which
+/// first byte, its stream clock's points and its release go out through this ticket (the release when it drops, which
 /// the response body or a retry does, exactly once).
 #[derive(Debug)]
 pub struct SharedTicket {
@@ -115,6 +115,14 @@ impl SharedTicket {
             self.publisher.send(PeerEvent::FirstByte { id: self.id });
         }
     }
+
+    /// The request's stream clock recorded `tokens` streamed (a point its peers record too).
+    pub fn progress(&mut self, tokens: u64) {
+        self.publisher.send(PeerEvent::Progress {
+            id: self.id,
+            tokens,
+        });
+    }
 }
 
 impl Drop for SharedTicket {
@@ -130,6 +138,7 @@ pub fn event_label(event: &PeerEvent) -> &'static str {
     match event {
         PeerEvent::Decided(_) => "decided",
         PeerEvent::FirstByte { .. } => "first_byte",
+        PeerEvent::Progress { .. } => "progress",
         PeerEvent::Released { .. } => "released",
         PeerEvent::Heartbeat { .. } => "heartbeat",
     }

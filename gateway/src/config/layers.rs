@@ -86,10 +86,6 @@ pub const ENV_ALIASES: &[(&str, &str)] = &[
         "routing.prefix_load.ttft_slo_seconds",
     ),
     (
-        "PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS",
-        "routing.prefix_load.copy_in_time_seconds",
-    ),
-    (
         "PREFIXGATE_PREFIX_LOAD_RECALL_BLOCKS",
         "routing.prefix_load.recall_blocks",
     ),

@@ -155,6 +155,7 @@ impl Replayer {
             text: &text,
             tokens: tokens.as_deref(),
             session: Default::default(),
+            max_tokens: None,
         };
         let routed = self
             .router

@@ -3,7 +3,7 @@
 //! A [`RequestHold`] owns the request's [`InFlight`] (the pod's outstanding count and the
 //! request's work in the load view), its admission permit, its cluster ticket and its
 //! tenant's token charge. It is fed the response's bytes as they pass ([`RequestHold::observe`]:
-//! the first byte, the replica's `usage`) and released exactly once
+//! the first byte, the tokens a stream passes on, the replica's `usage`) and released exactly once
 //! ([`RequestHold::finish`], or its drop). The HTTP front end keeps it in the response body
 //! ([`crate::request::release::GuardedBody`]), the Envoy ext_proc front end in the ext_proc
 //! stream ([`crate::ext_proc`]), so both account for load the same way: outstanding from the
@@ -20,6 +20,21 @@ use crate::admit::{AdmissionPermit, TokenHold};
 use crate::clock::Clock;
 use crate::cluster::SharedTicket;
 use crate::metrics::PodMetrics;
+
+/// How an SSE event carrying a chunk begins (vLLM writes one token per chunk).
+const SSE_DATA: &[u8] = b"data: ";
+
+/// The searcher for an event that begins after another's end, built once (as the usage
+/// scan's).
+static NEXT_SSE_DATA: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\ndata: "));
+
+/// The SSE events that begin in `frame`: at its start, and after a newline (inside a JSON
+/// string a newline is escaped, so generated text never matches). One that begins across
+/// two frames is missed, and the stream clock's next point comes an event later.
+fn sse_events(frame: &[u8]) -> u64 {
+    u64::from(frame.starts_with(SSE_DATA)) + NEXT_SSE_DATA.find_iter(frame).count() as u64
+}
 
 /// What to record when the response finishes.
 #[derive(Debug)]
@@ -48,6 +63,9 @@ pub struct RequestHold {
     /// `usage`, and settled when released with the guard.
     tokens: Option<TokenHold>,
     first_byte_seen: bool,
+    /// Tokens the response has streamed (its SSE events), for its stream clock
+    /// ([`InFlight::advance`]); `None` for a response that is not an SSE stream.
+    streamed: Option<u64>,
     completion: Option<Completion>,
     /// The router's clock, kept for the replica a resumed stream moves to.
     clock: Clock,
@@ -63,6 +81,7 @@ impl RequestHold {
             ticket: None,
             tokens: None,
             first_byte_seen: false,
+            streamed: None,
             completion: Some(completion),
         }
     }
@@ -100,19 +119,39 @@ impl RequestHold {
         self.first_byte_seen
     }
 
-    /// Notes response body bytes on their way to the client: the usage numbers, and on the
-    /// first bytes the request's first byte (load view, cluster, TTFT).
+    /// Notes response body bytes on their way to the client: the usage numbers, on the
+    /// first bytes the request's first byte (load view, cluster, TTFT), and on a stream the
+    /// tokens passed on (its stream clock, and its peers').
     pub fn observe(&mut self, data: &Bytes) {
         self.usage.observe(data);
         if let Some(tokens) = self.tokens.as_mut() {
             tokens.observe(data);
         }
-        if self.first_byte_seen {
-            return;
+        if !self.first_byte_seen {
+            self.first_byte(data);
         }
+        if let Some(streamed) = self.streamed.as_mut() {
+            let events = sse_events(data);
+            if events == 0 {
+                return;
+            }
+            *streamed += events;
+            if let Some(guard) = self.guard.as_mut()
+                && let Some(c) = &self.completion
+                && guard.advance(*streamed, c.clock.now_ms())
+                && let Some(ticket) = self.ticket.as_mut()
+            {
+                ticket.progress(*streamed);
+            }
+        }
+    }
+
+    /// The response's first bytes, `data`: the replica has prefilled the request.
+    fn first_byte(&mut self, data: &Bytes) {
         self.first_byte_seen = true;
-        // The replica has prefilled this request: its blocks stop counting as pending
-        // prefill in the load view (`prefix-load` reads it).
+        // Its blocks stop counting as pending prefill in the load view (`prefix-load` reads
+        // it), and its stream clock starts; the first event is its first token, which
+        // `observe` counts with the rest.
         if let Some(guard) = self.guard.as_mut()
             && let Some(c) = &self.completion
         {
@@ -124,6 +163,7 @@ impl RequestHold {
         if let Some(c) = &self.completion {
             c.metrics.observe_ttft(c.sent_at.elapsed());
         }
+        self.streamed = data.starts_with(SSE_DATA).then_some(0);
     }
 
     /// Releases the guard, the permit and the token charge and records the total time, once.
@@ -180,6 +220,7 @@ impl RequestHold {
         });
         self.usage = UsageScan::default();
         self.first_byte_seen = false;
+        self.streamed = None;
     }
 
     /// The replica's name (empty once finished).

@@ -120,6 +120,8 @@ pub fn pick_among(
         text: &fields.text,
         tokens,
         session,
+        // A `max_tokens` that is no count gives its stream no clock (the replica refuses it).
+        max_tokens: fields.max_tokens.as_ref().ok().copied().flatten(),
     };
     let started = Instant::now();
     let routed = state.router.route_with_hashes(

@@ -88,6 +88,7 @@ async fn the_first_chunk_ends_pending_prefill_and_the_end_releases_the_rest() {
         prefill_blocks: 4,
         shared_prefix: None,
         copies_prefix: false,
+        max_tokens: None,
     });
     let mut body = GuardedBody::new(
         upstream(vec![Ok("data: 1\n\n"), Ok("data: 2\n\n")]),
@@ -357,6 +358,7 @@ async fn a_body_of_known_length_ends_with_its_last_frame() {
             prefill_blocks: 0,
             shared_prefix: None,
             copies_prefix: false,
+            max_tokens: None,
         },
         0,
     );
@@ -385,6 +387,7 @@ async fn a_body_of_known_length_ends_with_its_last_frame() {
             prefill_blocks: 0,
             shared_prefix: None,
             copies_prefix: false,
+            max_tokens: None,
         },
         0,
     );
@@ -393,4 +396,84 @@ async fn a_body_of_known_length_ends_with_its_last_frame() {
         again.end(1, Some(usage)),
         Some(router_core::load::Verdict::Missed)
     );
+}
+
+/// A pod that runs one request at a time, each holding its slot a minute on average, with a
+/// request of at most 116 tokens in flight (`max_tokens`), whose body is `chunks`.
+fn one_slot_pod(
+    chunks: Vec<Result<&'static str, &'static str>>,
+    sse: bool,
+) -> (Arc<PodLoad>, GuardedBody<Chunks>) {
+    let load = PodLoad::new();
+    load.set_engine_stats(router_core::EngineStats {
+        running: 1,
+        waiting: 1,
+        kv_usage: 0.1,
+    });
+    load.observe(&router_core::load::Completed {
+        blocks: 0,
+        prefill_blocks: 0,
+        ttft: 0,
+        decode: 60_000,
+        usage: None,
+        sent_to_idle: false,
+        behind_copy: false,
+    });
+    let guard = load.acquire_work(router_core::load::RequestWork {
+        max_tokens: Some(116),
+        ..Default::default()
+    });
+    let body = GuardedBody::new(
+        upstream(chunks),
+        guard,
+        sse,
+        Duration::from_secs(5),
+        completion(),
+    );
+    (load, body)
+}
+
+/// Reads `body` a frame every 10 ms of (paused) time.
+async fn read_every_10_ms(body: &mut GuardedBody<Chunks>, frames: usize) {
+    for _ in 0..frames {
+        body.frame().await.unwrap().unwrap();
+        tokio::time::advance(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streams_events_set_its_pace_for_the_slot_wait() {
+    // One token per event, 10 ms apart; the 16th at 150 ms is the stream clock's first point.
+    let (load, mut body) = one_slot_pod(vec![Ok("data: {\"t\":1}\n\n"); 17], true);
+    read_every_10_ms(&mut body, 15).await;
+    assert_eq!(
+        load.slot_wait_ms(150),
+        Some(60_000.0),
+        "no pace yet: the mean"
+    );
+    read_every_10_ms(&mut body, 1).await;
+    // 15 tokens after the first in 150 ms: 100 left at 10 ms each.
+    assert_eq!(load.slot_wait_ms(150), Some(1_000.0));
+    while body.frame().await.is_some() {}
+    assert_eq!(load.slot_wait_ms(170), Some(0.0), "its slot is free");
+}
+
+#[tokio::test(start_paused = true)]
+async fn several_events_in_one_frame_each_count() {
+    let mut chunks = vec![Ok("data: {}\n\n")];
+    chunks.extend([Ok("data: {}\n\ndata: {}\n\n"); 9]);
+    let (load, mut body) = one_slot_pod(chunks, true);
+    // The first frame's event, then two per frame: 15 tokens, then 17 by 80 ms.
+    read_every_10_ms(&mut body, 8).await;
+    assert_eq!(load.slot_wait_ms(70), Some(60_000.0));
+    read_every_10_ms(&mut body, 1).await;
+    assert_eq!(load.slot_wait_ms(80), Some(99.0 * 80.0 / 16.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_response_that_is_not_streamed_shows_no_pace() {
+    // A JSON body that happens to hold the events' marker in its text.
+    let (load, mut body) = one_slot_pod(vec![Ok("{\"text\":\"\ndata: x\"}"); 20], false);
+    read_every_10_ms(&mut body, 20).await;
+    assert_eq!(load.slot_wait_ms(200), Some(60_000.0));
 }

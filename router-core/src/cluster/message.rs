@@ -9,8 +9,9 @@
 //!   "hashing": u64,                 digest of its hashing settings (cluster::hashing_digest)
 //!   "event": { "decided": { "id": u64, "model": str, "pod": str, "hashes": [u64, …],
 //!                           "prefill_blocks": u64, "shared_prefix": u64 | nil,
-//!                           "copies_prefix": bool } }
+//!                           "copies_prefix": bool, "max_tokens": u64 | nil } }
 //!          | { "first_byte": { "id": u64 } }
+//!          | { "progress": { "id": u64, "tokens": u64 } }
 //!          | { "released": { "id": u64 } }
 //!          | { "heartbeat": { "in_flight": [u64, …] } } }
 //! ```
@@ -28,6 +29,13 @@
 //! Compatibility: a field may be added without changing `v` (readers ignore unknown fields
 //! and new optional fields have defaults); anything a version-1 reader would misread changes
 //! `v`, and a reader refuses a version it does not know ([`WireError::Version`]).
+//!
+//! **Rolling upgrades.** `max_tokens` and `progress` came later within version 1. A reader
+//! from before them ignores `max_tokens` and cannot decode a `progress` event: it counts it
+//! as an error (`prefixgate_cluster_errors_total{error="decode"}`) and goes on. So a mixed
+//! cluster shares everything else, and only the older gateways lack their peers' stream
+//! clocks (their slot waits for those requests fall back to the mean turnover) until every
+//! gateway runs the newer build.
 
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +64,8 @@ pub enum PeerEvent {
     Decided(Decided),
     /// The request's first response byte arrived: its prefill is done.
     FirstByte { id: u64 },
+    /// The request's response had streamed `tokens` tokens (a point of its stream clock).
+    Progress { id: u64, tokens: u64 },
     /// The request ended (finished, failed, cancelled or retried elsewhere).
     Released { id: u64 },
     /// The sender is alive; these are its requests in flight.
@@ -77,6 +87,10 @@ pub struct Decided {
     pub shared_prefix: Option<u64>,
     /// It copies that prefix to the pod (see [`RequestWork::copies_prefix`]).
     pub copies_prefix: bool,
+    /// The most tokens it may answer (see [`RequestWork::max_tokens`]); absent from
+    /// senders that predate it.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
 }
 
 impl Decided {
@@ -90,6 +104,7 @@ impl Decided {
             prefill_blocks: work.prefill_blocks,
             shared_prefix: work.shared_prefix,
             copies_prefix: work.copies_prefix,
+            max_tokens: work.max_tokens,
         }
     }
 
@@ -100,6 +115,7 @@ impl Decided {
             prefill_blocks: self.prefill_blocks,
             shared_prefix: self.shared_prefix,
             copies_prefix: self.copies_prefix,
+            max_tokens: self.max_tokens,
         }
     }
 }

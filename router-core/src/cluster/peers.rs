@@ -6,7 +6,9 @@
 //! and copy mark), and letting go of it is dropping its guard. The rules:
 //! - `decided`: its blocks are recorded in the index for its pod (as a local decision's
 //!   are), and its work is counted on the pod's peer load until its release;
-//! - `first_byte`: its pending prefill and copy mark end (as a local request's do);
+//! - `first_byte`: its pending prefill and copy mark end (as a local request's do), and its
+//!   stream clock starts;
+//! - `progress`: its stream clock records the tokens streamed, at arrival;
 //! - `released`: its guard drops;
 //! - `heartbeat`: the peer is alive, and any of its requests the heartbeat does not list is
 //!   dropped (its release was lost on the way: the sender lists a request from before it
@@ -112,6 +114,14 @@ impl PeerTable {
             PeerEvent::FirstByte { id } => match peer.in_flight.get_mut(id) {
                 Some(Some(guard)) => {
                     guard.first_byte(now);
+                    Outcome::Applied
+                }
+                Some(None) => Outcome::Ignored(Ignored::UnknownPod),
+                None => Outcome::Ignored(Ignored::UnknownRequest),
+            },
+            PeerEvent::Progress { id, tokens } => match peer.in_flight.get_mut(id) {
+                Some(Some(guard)) => {
+                    guard.advance(*tokens, now);
                     Outcome::Applied
                 }
                 Some(None) => Outcome::Ignored(Ignored::UnknownPod),

@@ -56,6 +56,7 @@ fn decided(id: u64, pod: &str, hashes: &[u64], prefill_blocks: u64) -> PeerEvent
             prefill_blocks,
             shared_prefix: hashes.last().copied(),
             copies_prefix: true,
+            max_tokens: None,
         },
     ))
 }
@@ -117,6 +118,55 @@ fn a_peer_decision_is_indexed_and_counted_until_its_release() {
     assert_eq!(table.in_flight(), 0);
     // The blocks stay: a released request's prefix is still cached on its pod.
     assert_eq!(router.index().match_names("m", &hashes, &["a"]), [100]);
+}
+
+#[test]
+fn a_peers_stream_clock_counts_in_the_slot_wait() {
+    let router = router();
+    let pods = Pods::new();
+    let mut table = PeerTable::new("me", HASHING, 5_000);
+    let a = pods.load("a");
+    // Pod a runs one request at a time, and a request holds its slot 5 s on average.
+    a.set_engine_stats(crate::load::EngineStats {
+        running: 1,
+        waiting: 1,
+        kv_usage: 0.1,
+    });
+    a.observe(&crate::load::Completed {
+        blocks: 0,
+        prefill_blocks: 0,
+        ttft: 0,
+        decode: 5_000,
+        usage: None,
+        sent_to_idle: false,
+        behind_copy: false,
+    });
+    let decided = PeerEvent::Decided(Decided::new(
+        1,
+        "m",
+        "a",
+        &[],
+        RequestWork {
+            max_tokens: Some(101),
+            ..Default::default()
+        },
+    ));
+    let mut apply = |event, now| table.apply(&message("peer", event), &router, &pods.find(), now);
+    assert_eq!(apply(decided, 0), Outcome::Applied);
+    assert_eq!(apply(PeerEvent::FirstByte { id: 1 }, 0), Outcome::Applied);
+    // The peer's stream has no pace yet: the slot frees in a mean turnover.
+    assert_eq!(a.slot_wait_ms(160), Some(5_000.0));
+    // 17 tokens by 160 ms, 10 ms each: its last 84 are due in 840 ms.
+    let progress = PeerEvent::Progress { id: 1, tokens: 17 };
+    assert_eq!(apply(progress, 160), Outcome::Applied);
+    assert_eq!(a.slot_wait_ms(160), Some(840.0));
+    let unknown = PeerEvent::Progress { id: 9, tokens: 17 };
+    assert_eq!(
+        apply(unknown, 160),
+        Outcome::Ignored(Ignored::UnknownRequest)
+    );
+    assert_eq!(apply(PeerEvent::Released { id: 1 }, 200), Outcome::Applied);
+    assert_eq!(a.slot_wait_ms(200), Some(0.0), "its slot is free");
 }
 
 #[test]
@@ -260,6 +310,7 @@ fn policies_see_the_peers_load_and_the_peers_blocks() {
                     text: "x",
                     tokens: None,
                     session: Default::default(),
+                    max_tokens: None,
                 },
                 &list,
                 &mut rng,
@@ -287,6 +338,7 @@ fn policies_see_the_peers_load_and_the_peers_blocks() {
                 text,
                 tokens: None,
                 session: Default::default(),
+                max_tokens: None,
             },
             &list,
             &mut rng,
@@ -303,6 +355,7 @@ fn messages_round_trip_and_other_versions_or_bytes_are_refused() {
     for event in [
         decided(3, "a", &hashes, 1),
         PeerEvent::FirstByte { id: 3 },
+        PeerEvent::Progress { id: 3, tokens: 32 },
         PeerEvent::Released { id: 3 },
         PeerEvent::Heartbeat {
             in_flight: vec![1, 2, 3],
@@ -410,6 +463,7 @@ fn a_burst_over_several_gateways_spreads_within_the_estimate_s_error() {
                     text: &text,
                     tokens: None,
                     session: Default::default(),
+                    max_tokens: None,
                 };
                 let mut rng = StdRng::seed_from_u64(burst * 3 + gateway);
                 let routed = router

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::decoding::Stream;
 use super::evidence::Verdict;
 use super::speed::{Completed, Usage};
 use super::{PodLoad, RequestWork};
@@ -45,6 +46,9 @@ pub struct InFlight {
     /// holds, another gateway's request), whose timings mean nothing here.
     decided_at: Option<Millis>,
     first_byte_at: Option<Millis>,
+    max_tokens: Option<u64>,
+    /// Its stream's clock on its pod, from its first byte when its `max_tokens` is known.
+    stream: Option<Arc<Stream>>,
 }
 
 impl InFlight {
@@ -68,6 +72,8 @@ impl InFlight {
             sent_to_idle,
             decided_at: None,
             first_byte_at: None,
+            max_tokens: work.max_tokens,
+            stream: None,
         }
     }
 
@@ -89,6 +95,7 @@ impl InFlight {
             prefill_blocks: self.pending_prefill,
             shared_prefix: self.shared_prefix,
             copies_prefix: self.copying,
+            max_tokens: self.max_tokens,
         }
     }
 
@@ -115,6 +122,9 @@ impl InFlight {
     pub fn first_byte(&mut self, now: Millis) {
         if self.first_byte_at.is_none() {
             self.first_byte_at = Some(now);
+            self.stream = self
+                .max_tokens
+                .map(|max_tokens| self.load.decoding.start(now, max_tokens));
             if let Some(decided) = self.decided_at {
                 self.load.speed().answered(
                     now.saturating_sub(decided),
@@ -124,6 +134,17 @@ impl InFlight {
             }
         }
         self.release_prefill();
+    }
+
+    /// `tokens` of the answer had streamed by `now` (the first byte was the first): its
+    /// stream's clock records it every [`PROGRESS_EVERY`](super::PROGRESS_EVERY) tokens.
+    /// Returns whether it did, which is when a gateway tells its peers (cluster sharing),
+    /// so that theirs record the same. Before the first byte, or without `max_tokens`,
+    /// there is no clock and nothing is recorded.
+    pub fn advance(&mut self, tokens: u64, now: Millis) -> bool {
+        self.stream
+            .as_ref()
+            .is_some_and(|stream| stream.advance(tokens, now))
     }
 
     /// The last byte arrived at `now`, with the engine's `usage` when the response carried
@@ -170,6 +191,9 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.release_prefill();
+        if let Some(stream) = self.stream.take() {
+            self.load.decoding.remove(&stream);
+        }
         self.load
             .active_blocks
             .fetch_sub(self.blocks, Ordering::AcqRel);

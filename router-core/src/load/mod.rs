@@ -27,11 +27,13 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use crate::Millis;
 use crate::families::RecentFamilies;
 
+mod decoding;
 mod evidence;
 mod in_flight;
 mod slots;
 mod speed;
 
+pub use decoding::PROGRESS_EVERY;
 pub use evidence::{CacheEvidence, CacheTrust, Verdict};
 pub use in_flight::InFlight;
 pub use slots::BatchSlots;
@@ -85,6 +87,8 @@ pub struct PodLoad {
     /// How far the prefix index's view of this replica held, learned from the engine's
     /// `cached_tokens` in the responses of the requests it finished.
     evidence: CacheEvidence,
+    /// The streams of its requests past their first byte, each with its expected end.
+    decoding: decoding::Decoding,
     /// The requests other gateways of the cluster have in flight here, held by
     /// [`crate::cluster::PeerTable`]; made on the first one (a lone gateway never has any).
     peers: OnceLock<Arc<PodLoad>>,
@@ -114,6 +118,9 @@ pub struct RequestWork {
     /// The request copies that prefix here: the pod did not hold it, so it is usable here
     /// only once this request has prefilled it (its first byte).
     pub copies_prefix: bool,
+    /// The most tokens it may answer (the request's `max_tokens`), when it says: how long
+    /// its stream will hold a batch slot ([`decoding`]).
+    pub max_tokens: Option<u64>,
 }
 
 const NO_STATS: u32 = u32::MAX;
@@ -134,6 +141,7 @@ impl PodLoad {
             speed: ReplicaSpeed::default(),
             slots: BatchSlots::default(),
             evidence: CacheEvidence::default(),
+            decoding: decoding::Decoding::default(),
             peers: OnceLock::new(),
         })
     }
@@ -259,6 +267,23 @@ impl PodLoad {
         self.peers.get_or_init(PodLoad::new)
     }
 
+    /// The expected wait for a batch slot of a request routed here now: every gateway's
+    /// requests outstanding here, against the ends of every gateway's decoding streams
+    /// ([`BatchSlots::wait_ms`]); `None` until the batch is learned.
+    pub fn slot_wait_ms(&self, now: Millis) -> Option<f64> {
+        let outstanding = self.shared_outstanding();
+        if outstanding < u64::from(self.slots.capacity()?) {
+            return self.slots.wait_ms(outstanding, &mut []);
+        }
+        let pace = self.speed.decode_ms_per_token();
+        let mut ends = Vec::new();
+        self.decoding.push_ends(now, pace, &mut ends);
+        if let Some(peers) = self.peers() {
+            peers.decoding.push_ends(now, pace, &mut ends);
+        }
+        self.slots.wait_ms(outstanding, &mut ends)
+    }
+
     /// Records a fresh engine scrape (and learns the batch capacity from it).
     pub fn set_engine_stats(&self, stats: EngineStats) {
         let unanswered = self.unanswered() + self.peers().map_or(0, |peers| peers.unanswered());
@@ -325,6 +350,7 @@ mod tests {
             prefill_blocks: 30,
             shared_prefix: None,
             copies_prefix: false,
+            max_tokens: None,
         };
         let mut a = load.acquire_work(work);
         let b = load.acquire_work(work);
@@ -365,6 +391,7 @@ mod tests {
             prefill_blocks: 10,
             shared_prefix: Some(7),
             copies_prefix,
+            max_tokens: None,
         };
         let mut copy = load.acquire_work(work(true));
         let hit = load.acquire_work(work(false));

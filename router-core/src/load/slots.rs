@@ -20,7 +20,12 @@
 //!   typical request under the load there is now, and a batch of slow ones frees them slower.
 //!
 //! With both, the `n`-th request in line for a slot on a pod with `c` slots waits for `n`
-//! completions, one every `residence / c` on average.
+//! completions: the `n`-th of its decoding streams' expected ends where the gateway knows
+//! them ([`super::decoding`]: each stream's own pace and the tokens it has left), and beyond
+//! those one every `residence / c` on average. The mean alone was blind to where the batch
+//! stands: a batch that started together ends together, and one of long answers just begun
+//! frees nothing for a long time (docs/POLICY-EVALUATION.md, "Issue 28, v3: a stream clock
+//! and the in-time rule").
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -80,17 +85,26 @@ impl BatchSlots {
     }
 
     /// The expected wait for a slot of a request arriving with `outstanding` requests already
-    /// on the pod (every gateway's): the requests beyond the capacity are in line before it,
-    /// and it waits for one completion more than they are, one every `residence / capacity`.
-    /// `Some(0.0)` with a slot free; `None` until the capacity and the residence are learned.
-    pub fn wait_ms(&self, outstanding: u64) -> Option<f64> {
+    /// on the pod (every gateway's), given `ends`: the expected ends of the pod's decoding
+    /// streams, in milliseconds from now, in any order ([`super::decoding`]). The requests
+    /// beyond the capacity are in line before it, so it waits for one completion more than
+    /// they are: the `n`-th known end when that many are known, and beyond the known ends one
+    /// completion every `residence / capacity` after the last. `Some(0.0)` with a slot free;
+    /// `None` until the capacity and the residence are learned.
+    pub fn wait_ms(&self, outstanding: u64, ends: &mut [f64]) -> Option<f64> {
         let capacity = u64::from(self.capacity()?);
         let residence = self.residence_ms()?;
         if outstanding < capacity {
             return Some(0.0);
         }
-        let ahead = outstanding - capacity;
-        Some((ahead + 1) as f64 * residence / capacity as f64)
+        let ahead = usize::try_from(outstanding - capacity).unwrap_or(usize::MAX);
+        if ahead < ends.len() {
+            let (_, nth, _) = ends.select_nth_unstable_by(ahead, f64::total_cmp);
+            return Some(*nth);
+        }
+        let last = ends.iter().copied().fold(0.0, f64::max);
+        let unknown = (ahead - ends.len() + 1) as f64;
+        Some(last + unknown * residence / capacity as f64)
     }
 }
 
@@ -135,12 +149,26 @@ mod tests {
     fn a_request_behind_a_full_batch_waits_for_completions() {
         let slots = BatchSlots::default();
         slots.observe_scrape(stats(8, 2), 2);
-        assert_eq!(slots.wait_ms(10), None, "no residence yet");
+        assert_eq!(slots.wait_ms(10, &mut []), None, "no residence yet");
         slots.observe_request(0.0, 8_000);
         // 10 outstanding on 8 slots: two in line, so this one waits for the third
         // completion, one every 1 s.
-        assert_eq!(slots.wait_ms(10), Some(3_000.0));
-        assert_eq!(slots.wait_ms(8), Some(1_000.0));
-        assert_eq!(slots.wait_ms(7), Some(0.0), "a slot free");
+        assert_eq!(slots.wait_ms(10, &mut []), Some(3_000.0));
+        assert_eq!(slots.wait_ms(8, &mut []), Some(1_000.0));
+        assert_eq!(slots.wait_ms(7, &mut []), Some(0.0), "a slot free");
+    }
+
+    #[test]
+    fn known_stream_ends_come_before_the_mean_turnover() {
+        let slots = BatchSlots::default();
+        slots.observe_scrape(stats(8, 2), 2);
+        slots.observe_request(0.0, 8_000);
+        // Two in line: the third end to come, whatever order the streams are listed in.
+        assert_eq!(
+            slots.wait_ms(10, &mut [900.0, 50.0, 300.0, 120.0]),
+            Some(300.0)
+        );
+        // Two ends known, three needed: the third a mean turnover (1 s) after the last.
+        assert_eq!(slots.wait_ms(10, &mut [400.0, 50.0]), Some(1_400.0));
     }
 }

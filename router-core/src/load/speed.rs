@@ -167,7 +167,7 @@ impl ReplicaSpeed {
     /// from finished requests sent while the replica was idle, else the stand-in their first
     /// bytes taught, known within seconds of the replica's first answer. Only the slow-replica
     /// rule reads it (`give_up_late_seconds`); the time rules judging a pod's queue
-    /// (`ttft_slo_seconds`, `copy_in_time_seconds`) read
+    /// (`ttft_slo_seconds`) read
     /// [`prefill_ms_per_block`](Self::prefill_ms_per_block), which follows the replica under
     /// load.
     pub fn idle_prefill_ms_per_block(&self) -> Option<f64> {

@@ -351,6 +351,7 @@ impl SimCluster {
                         record.first_content = Some(out.at);
                         flight.first_token(&mut self.gateways, out.at);
                     }
+                    flight.streamed(&mut self.gateways, u64::from(out.index) + 1, out.at);
                     record.last_token = Some(out.at);
                     record.usage = Some(Usage {
                         prompt_tokens: out.prompt_tokens,
@@ -504,6 +505,7 @@ impl SimCluster {
                     text: &text,
                     tokens: tokens.as_deref(),
                     session: Default::default(),
+                    max_tokens: Some(u64::from(planned.max_tokens)),
                 };
                 let now_ms = (self.now * 1000.0) as u64;
                 let routed =

@@ -40,6 +40,20 @@ impl Flight {
         }
     }
 
+    /// `tokens` of the answer had come by `now` (the first token was the first): its stream
+    /// clock advances, and when it records a point the gateway's peers hear of it.
+    pub(super) fn streamed(&mut self, gateways: &mut Gateways, tokens: u64, now: f64) {
+        if let Some((gateway, routed)) = self.routed.as_mut()
+            && routed.advance(tokens, millis(now))
+        {
+            let event = GatewayEvent::Progress {
+                request: self.request,
+                tokens,
+            };
+            gateways.publish(*gateway, event, now);
+        }
+    }
+
     /// The last token came at `now`: the request ends with the engine's usage and releases
     /// its count exactly then.
     pub(super) fn end(

@@ -45,6 +45,8 @@ pub enum GatewayEvent<'a> {
     },
     /// The request's first token arrived (its prefill is over).
     FirstToken { request: u64, pod: usize },
+    /// The request's stream clock recorded `tokens` streamed.
+    Progress { request: u64, tokens: u64 },
     /// The request ended (its outstanding count is released).
     Ended { request: u64, pod: usize },
 }

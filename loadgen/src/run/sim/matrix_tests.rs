@@ -376,6 +376,7 @@ fn kv_sync_forgets_what_an_engine_evicts() {
             text: &first,
             tokens: sync.then_some(bytes.as_slice()),
             session: Default::default(),
+            max_tokens: None,
         };
         let hashes = cluster.router().request_hashes(&request).unwrap();
         if sync {
@@ -510,8 +511,10 @@ fn several_gateways_measure_every_request_and_release_every_count() {
 /// arrival. So three of them route exactly as one, every phase's figures the same, but for
 /// the outstanding count each gateway records at selection, which is its own (as prefixgate's
 /// is, docs/CLUSTER.md); sharing nothing, they do not. What each gateway learns from its own
-/// responses' `cached_tokens` is not shared (docs/CLUSTER.md), so `prefix-load` runs here
-/// without it (`learn_weight` 0), to compare what is shared.
+/// responses is not shared (docs/CLUSTER.md): the `cached_tokens` lessons and each replica's
+/// speed, which the TTFT-SLO rules judge lateness by. So `prefix-load` runs here without
+/// either (`learn_weight` 0, `ttft_slo_seconds` 0), to compare what is shared; the stream
+/// clocks a peer shares are checked in router-core's cluster tests.
 #[test]
 fn gateways_sharing_without_delay_route_as_one_gateway() {
     let matrix = reduced(12)
@@ -528,6 +531,7 @@ fn gateways_sharing_without_delay_route_as_one_gateway() {
     };
     let mut unlearned = options();
     unlearned.router.prefix_load.learn_weight = 0.0;
+    unlearned.router.prefix_load.ttft_slo_seconds = 0.0;
     let one = routing(&unlearned);
     let mut three = unlearned;
     three.gateways = 3;

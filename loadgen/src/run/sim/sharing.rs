@@ -1,10 +1,10 @@
 //! Gateways that share routing state as prefixgate's `[cluster]` does (docs/CLUSTER.md), on
-//! the virtual clock: every decision, first token and end a gateway publishes becomes the
-//! same [`PeerMessage`] the gateway writes to its Redis stream, and reaches every other
-//! gateway a fixed propagation delay later, in publishing order (one ordered stream), where
-//! router-core's [`PeerTable`] applies it exactly as the gateway's read task does: the
-//! decision's blocks into that gateway's prefix index, its work onto the pod's peer load
-//! until its first token and end arrive.
+//! the virtual clock: every decision, first token, stream-clock point and end a gateway
+//! publishes becomes the same [`PeerMessage`] the gateway writes to its Redis stream, and
+//! reaches every other gateway a fixed propagation delay later, in publishing order (one
+//! ordered stream), where router-core's [`PeerTable`] applies it exactly as the gateway's
+//! read task does: the decision's blocks into that gateway's prefix index, its work onto the
+//! pod's peer load until its first token and end arrive, its stream clock in between.
 //!
 //! What the gateway does besides is not simulated because nothing here needs it: messages
 //! are never dropped or lost, so heartbeats (which drop requests whose release was lost)
@@ -74,6 +74,10 @@ impl DelayedSharing {
                 work,
             )),
             GatewayEvent::FirstToken { request, .. } => PeerEvent::FirstByte { id: request },
+            GatewayEvent::Progress { request, tokens } => PeerEvent::Progress {
+                id: request,
+                tokens,
+            },
             GatewayEvent::Ended { request, .. } => PeerEvent::Released { id: request },
         };
         PeerMessage {

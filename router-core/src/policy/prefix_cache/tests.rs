@@ -326,6 +326,7 @@ fn route(
                 text,
                 tokens: None,
                 session: Default::default(),
+                max_tokens: None,
             },
             &pods.candidates(),
             rng,

@@ -60,30 +60,20 @@ pub struct PrefixLoadConfig {
     /// it. Not applied with KV-event sync, whose index already sees the engines' caches.
     pub learn_weight: f64,
     /// `PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS`: the time-to-first-token target of the
-    /// overload rule, 2 by default (the seed's TTFT SLO); 0 leaves the rule off. When every
-    /// pod is expected to give a request its first token later than this (the wait for a
-    /// batch slot when its outstanding requests fill the batch its engine was seen running,
-    /// then each pod's prefill rate, learned from its answers, times the prefill pending there
-    /// and the request's own) and the backlog grows (the prefill offered over the last seconds
-    /// outruns what the pods prefill at those rates, or every batch is full and the fleet's
-    /// outstanding requests are not falling), the request goes to the most backed-up of the
-    /// pods where it adds the least prefill, so the other pods keep answering within it
-    /// instead of all missing it together. While some pod is expected in time, or the backlog
-    /// drains by itself (a burst, a phase's cold start, a prompt too long for the SLO
-    /// anywhere), the cost model chooses as without it (docs/POLICY-EVALUATION.md, "The
-    /// overload rule, gated by the offered prefill", "The merged overload rule").
+    /// in-time and overload rules, 2 by default (the seed's TTFT SLO); 0 leaves both off. A
+    /// pod's expected first token for a request is its wait for a batch slot (the ends of its
+    /// decoding streams, each at its own pace, then the mean turnover), then its prefill
+    /// rate, learned from its answers, times the prefill pending there and the request's
+    /// own. While some busy pod is expected later than this and some pod in time, the late
+    /// ones are passed over. When every pod is busy and late and the backlog grows (the
+    /// prefill offered over the last seconds outruns what the pods prefill at those rates,
+    /// or every batch is full and the fleet's outstanding requests are not falling), the
+    /// request goes to the most backed-up of the pods where it adds the least prefill, so
+    /// the other pods keep answering within it instead of all missing it together. While
+    /// the backlog drains by itself (a burst, a phase's cold start, a prompt too long for
+    /// the SLO anywhere), the cost model chooses as without it (docs/POLICY-EVALUATION.md,
+    /// "The merged overload rule", "Issue 28, v3: a stream clock and the in-time rule").
     pub ttft_slo_seconds: f64,
-    /// `PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS`: a TTFT target for copies; 0 (the
-    /// default) leaves it out. When set, a busy pod below the best match (a copy) is passed
-    /// over when the request's first token there is expected later than this: its wait for
-    /// a batch slot, then its learned prefill rate × (the prefill pending there + the blocks
-    /// it would prefill). An idle pod
-    /// may always take a copy (it misses once, then serves the prefix's later requests), and
-    /// so may any pod for a prefix with [`HOT_IN_FLIGHT`] or more requests in flight on its
-    /// holders. Off until every pod has a learned rate. For unequal replicas, where a copy
-    /// onto a slow, busy replica is a miss that delays its queue (docs/POLICY-EVALUATION.md,
-    /// "Unequal replicas: the cold cells, second pass").
-    pub copy_in_time_seconds: f64,
     /// `PREFIXGATE_PREFIX_LOAD_RECALL_BLOCKS`: how many prompt blocks back `prefix-load`
     /// remembers where requests went, beyond the prefix index's `block_capacity`; 0 turns
     /// the memory off. It keeps one block in [`recall::STRIDE`] (16), so it costs a
@@ -134,8 +124,8 @@ pub struct PrefixLoadConfig {
 pub const MAX_RECALL_BLOCKS: usize = crate::config::MAX_BLOCK_CAPACITY * recall::STRIDE;
 
 /// A prefix with this many requests in flight on its holders is hot: a copy of it is worth
-/// its own late first token, so [`PrefixLoadConfig::copy_in_time_seconds`] does not hold it
-/// back (at 10 and above the 4-replica unequal fleet's hot50 cell drops, at 12 by 14).
+/// its own late first token, so the slow-replica copy filter does not hold it back (at 10
+/// and above the 4-replica unequal fleet's hot50 cell drops, at 12 by 14).
 pub const HOT_IN_FLIGHT: u64 = 8;
 
 /// [`PrefixLoadConfig::spread_fraction`]'s default (docs/ROUTING.md, "Ties and herding").
@@ -153,7 +143,6 @@ impl Default for PrefixLoadConfig {
             copy_weight: 0.0,
             learn_weight: 1.0,
             ttft_slo_seconds: 2.0,
-            copy_in_time_seconds: 0.0,
             recall_blocks: 400_000,
             give_up_late_seconds: 4.0,
             session_held_share: 0.8,
@@ -163,7 +152,7 @@ impl Default for PrefixLoadConfig {
 }
 
 /// The environment variables [`PrefixLoadConfig::apply_env`] reads, in `--help` order.
-pub const PREFIX_LOAD_ENV_NAMES: [&str; 14] = [
+pub const PREFIX_LOAD_ENV_NAMES: [&str; 13] = [
     "PREFIXGATE_PREFIX_LOAD_PREFILL_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_PENDING_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_WAITING_WEIGHT",
@@ -173,7 +162,6 @@ pub const PREFIX_LOAD_ENV_NAMES: [&str; 14] = [
     "PREFIXGATE_PREFIX_LOAD_COPY_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT",
     "PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS",
-    "PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS",
     "PREFIXGATE_PREFIX_LOAD_RECALL_BLOCKS",
     "PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS",
     "PREFIXGATE_PREFIX_LOAD_SESSION_HELD_SHARE",
@@ -201,7 +189,6 @@ impl PrefixLoadConfig {
             copy,
             learn,
             slo,
-            in_time,
             recall,
             give_up,
             session,
@@ -216,7 +203,6 @@ impl PrefixLoadConfig {
             (window, &mut self.family_window_seconds),
             (copy, &mut self.copy_weight),
             (slo, &mut self.ttft_slo_seconds),
-            (in_time, &mut self.copy_in_time_seconds),
             (give_up, &mut self.give_up_late_seconds),
         ] {
             if let Some(value) = lookup(name) {
@@ -244,14 +230,9 @@ impl PrefixLoadConfig {
         (self.family_window_seconds * 1000.0).round() as crate::Millis
     }
 
-    /// The overload rule's TTFT SLO in milliseconds; `None` when the rule is off (0).
+    /// The SLO rules' TTFT target in milliseconds; `None` when they are off (0).
     pub fn ttft_slo_millis(&self) -> Option<f64> {
         (self.ttft_slo_seconds > 0.0).then_some(self.ttft_slo_seconds * 1000.0)
-    }
-
-    /// [`copy_in_time_seconds`](Self::copy_in_time_seconds) in milliseconds, when set.
-    pub fn copy_in_time_millis(&self) -> Option<f64> {
-        (self.copy_in_time_seconds > 0.0).then_some(self.copy_in_time_seconds * 1000.0)
     }
 
     /// [`give_up_late_seconds`](Self::give_up_late_seconds) in milliseconds, when set.
@@ -273,10 +254,6 @@ impl PrefixLoadConfig {
             ),
             ("prefix_load.copy_weight", self.copy_weight),
             ("prefix_load.ttft_slo_seconds", self.ttft_slo_seconds),
-            (
-                "prefix_load.copy_in_time_seconds",
-                self.copy_in_time_seconds,
-            ),
             (
                 "prefix_load.give_up_late_seconds",
                 self.give_up_late_seconds,
@@ -365,7 +342,6 @@ mod tests {
             ("PREFIXGATE_PREFIX_LOAD_COPY_WEIGHT", "1"),
             ("PREFIXGATE_PREFIX_LOAD_LEARN_WEIGHT", "0.5"),
             ("PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS", "1.5"),
-            ("PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS", "2"),
             ("PREFIXGATE_PREFIX_LOAD_RECALL_BLOCKS", "64"),
             ("PREFIXGATE_PREFIX_LOAD_GIVE_UP_LATE_SECONDS", "6"),
             ("PREFIXGATE_PREFIX_LOAD_SESSION_HELD_SHARE", "0.25"),
@@ -384,7 +360,6 @@ mod tests {
                 copy_weight: 1.0,
                 learn_weight: 0.5,
                 ttft_slo_seconds: 1.5,
-                copy_in_time_seconds: 2.0,
                 recall_blocks: 64,
                 give_up_late_seconds: 6.0,
                 session_held_share: 0.25,
@@ -395,9 +370,7 @@ mod tests {
         assert_eq!(config.ttft_slo_millis(), Some(1500.0));
         let off = with_env(&[("PREFIXGATE_PREFIX_LOAD_TTFT_SLO_SECONDS", "0")]).unwrap();
         assert_eq!(off.ttft_slo_millis(), None);
-        assert_eq!(config.copy_in_time_millis(), Some(2000.0));
         assert_eq!(PrefixLoadConfig::default().ttft_slo_millis(), Some(2000.0));
-        assert_eq!(PrefixLoadConfig::default().copy_in_time_millis(), None);
         assert_eq!(config.give_up_late_millis(), Some(6000.0));
         assert_eq!(
             PrefixLoadConfig::default().give_up_late_millis(),

@@ -1,11 +1,12 @@
 //! When a pod is expected to give a request its first token: the wait before its own prefill
 //! begins, then that prefill at the pod's own learned rate
 //! ([`ReplicaSpeed::prefill_ms_per_block`](crate::load::ReplicaSpeed::prefill_ms_per_block)).
-//! Both time-based rules read it, the overload rule (`slo.rs`) and the copy filter
-//! (`in_time.rs`).
+//! The time-based rules read it: the SLO's (`slo.rs`) and the slow-replica rule's
+//! (`give_up.rs`).
 //!
 //! The wait is the wait for a batch slot, when the pod's outstanding requests fill the batch
-//! its engine runs ([`BatchSlots::wait_ms`](crate::load::BatchSlots::wait_ms)), then the
+//! its engine runs: the ends of its decoding streams, then the mean turnover
+//! ([`PodLoad::slot_wait_ms`](crate::load::PodLoad::slot_wait_ms)), then the
 //! prefill queued on the pod (its pending blocks at its rate). One after the other: the
 //! requests in line for a slot are most of that queue, and they prefill only once they have a
 //! slot. That is the upper end (the last of them may be done when this request's slot comes);
@@ -15,6 +16,7 @@
 //! looked in time as long as its prefill queue was short, and twice the seed's rate or
 //! 256-token answers kept both replicas late together ("Overload: issue 15's cases").
 
+use crate::Millis;
 use crate::load::Candidate;
 
 /// A pod's expectation for one request, in milliseconds.
@@ -34,8 +36,8 @@ pub struct Expected {
 /// prefill is counted as nothing and its slot wait alone can make it late: in the hot cells
 /// of twice the seed's rate the hits' holder was full long before it learned a rate, and
 /// the rule waited (docs/POLICY-EVALUATION.md, "Slot waits in the expectation").
-pub fn expected(pod: &Candidate<'_>, own_blocks: u64) -> Option<Expected> {
-    let slot_wait_ms = pod.load.slots().wait_ms(pod.load.shared_outstanding());
+pub fn expected(pod: &Candidate<'_>, own_blocks: u64, now: Millis) -> Option<Expected> {
+    let slot_wait_ms = pod.load.slot_wait_ms(now);
     let rate = match (pod.load.speed().prefill_ms_per_block(), slot_wait_ms) {
         (Some(rate), _) => rate,
         (None, Some(_)) => 0.0,
@@ -87,7 +89,7 @@ mod tests {
             address: "a",
             load,
         };
-        expected(&pod, own_blocks).unwrap().first_token_ms
+        expected(&pod, own_blocks, 0).unwrap().first_token_ms
     }
 
     #[test]
@@ -132,9 +134,46 @@ mod tests {
                     address: "b",
                     load: &pod
                 },
-                20
+                20,
+                0
             )
             .is_none()
+        );
+    }
+
+    #[test]
+    fn a_full_batch_waits_for_its_streams_ends_where_they_are_known() {
+        // 2 outstanding not yet answered, and 8 decoding streams at 10 ms a token: 10 on 8
+        // slots, two in line, so this request waits for the third stream to end.
+        let load = pod(2, 8, 2);
+        let streams: Vec<_> = [27, 37, 52, 1_017, 1_017, 1_017, 1_017, 1_017]
+            .into_iter()
+            .map(|max_tokens| {
+                let mut guard = load.acquire_work(crate::load::RequestWork {
+                    max_tokens: Some(max_tokens),
+                    ..Default::default()
+                });
+                guard.first_byte(0);
+                assert!(guard.advance(17, 160));
+                guard
+            })
+            .collect();
+        let pod = Candidate {
+            name: "a",
+            address: "a",
+            load: &load,
+        };
+        // At 160 ms the streams end in 100, 200 and 350 ms: the third end, then 20 blocks.
+        let first_token = expected(&pod, 20, 160).unwrap().first_token_ms;
+        assert_eq!(first_token, 350.0 + 20.0 * 5.0);
+        // Three mean turnovers (one every 1 s) would have said 3.1 s: late for a 2 s SLO.
+        assert!(first_token < 2_000.0);
+        // Once the streams end, slots are free: the request prefills at once.
+        drop(streams);
+        assert_eq!(
+            expected(&pod, 20, 160).unwrap().first_token_ms,
+            20.0 * 5.0,
+            "a slot free"
         );
     }
 

@@ -93,7 +93,7 @@ pub fn given_up_pods(
             .filter(|(_, given_up)| !**given_up)
             .all(|((pod, &own), _)| {
                 pod.load.shared_outstanding() > 0
-                    && expected(pod, own).is_some_and(|e| e.first_token_ms > slo)
+                    && expected(pod, own, input.now).is_some_and(|e| e.first_token_ms > slo)
             })
     };
     (slo_millis.is_some_and(no_room) || input.pods.iter().all(full)).then_some(given_up)
@@ -146,7 +146,8 @@ pub fn copy_targets(
             .any(|((pod, &pct), &allowed)| {
                 allowed
                     && (pod.load.shared_outstanding() == 0
-                        || expected(pod, own(pct)).is_some_and(|e| e.first_token_ms <= slo_millis))
+                        || expected(pod, own(pct), input.now)
+                            .is_some_and(|e| e.first_token_ms <= slo_millis))
             });
     if in_time_elsewhere {
         allowed

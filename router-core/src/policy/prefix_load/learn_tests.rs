@@ -28,6 +28,7 @@ fn respond(load: &Arc<PodLoad>, cached: Option<u64>) -> Option<Verdict> {
             prefill_blocks: 0,
             shared_prefix: None,
             copies_prefix: false,
+            max_tokens: None,
         },
         0,
     );
@@ -50,6 +51,7 @@ fn choose(router: &Router, strategy: Strategy, text: &str, a: &Arc<PodLoad>) -> 
         prefill_blocks: 0,
         shared_prefix: None,
         copies_prefix: false,
+        max_tokens: None,
     });
     let pods = [
         Candidate {
@@ -68,6 +70,7 @@ fn choose(router: &Router, strategy: Strategy, text: &str, a: &Arc<PodLoad>) -> 
         text,
         tokens: None,
         session: Default::default(),
+        max_tokens: None,
     };
     let mut rng = StdRng::seed_from_u64(0);
     let routed = router
@@ -120,6 +123,7 @@ fn a_replica_holding_what_the_index_never_credited_is_trusted_more() {
             prefill_blocks: 10,
             shared_prefix: None,
             copies_prefix: false,
+            max_tokens: None,
         },
         0,
     );
@@ -145,6 +149,7 @@ fn a_replica_holding_what_the_index_never_credited_is_trusted_more() {
         prefill_blocks: 0,
         shared_prefix: None,
         copies_prefix: false,
+        max_tokens: None,
     });
     let pods = [
         Candidate {
@@ -163,6 +168,7 @@ fn a_replica_holding_what_the_index_never_credited_is_trusted_more() {
         text: family,
         tokens: None,
         session: Default::default(),
+        max_tokens: None,
     };
     let mut rng = StdRng::seed_from_u64(0);
     let routed = router

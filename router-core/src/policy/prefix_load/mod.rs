@@ -62,14 +62,16 @@
 //!   So while a pod is copying the request's prefix ([`PrefixCounts::copying`]), the
 //!   request's whole prompt counts as uncached there.
 //!
-//! **Overload** (`ttft_slo_seconds`, [`slo`]): when every busy pod is expected to give the
-//! request its first token after the TTFT SLO (its learned prefill rate × the prefill pending
-//! there and the request's own) and the prefill offered lately ([`offered`]) outruns what the
-//! pods prefill at their learned rates, the request goes to the most backed-up of the pods
-//! where it adds the least prefill, and the others keep answering within the SLO; the cost
-//! model breaks ties among them. While some pod is expected in time, or idle, or the fleet
-//! prefills faster than it is offered (a backlog that drains by itself), the rule does
-//! nothing.
+//! **The SLO** (`ttft_slo_seconds`, [`slo`]): each pod's expected first token for the request
+//! is its wait for a batch slot (the ends of its decoding streams, each at its own pace,
+//! then the mean turnover), then the prefill pending there and the request's own, at its
+//! learned rate. While some busy pod is expected past the SLO and some pod in time, the late
+//! ones are passed over (**in time**). When every pod is busy and late and the prefill
+//! offered lately ([`offered`]) outruns what the pods prefill at their learned rates, the
+//! request goes to the most backed-up of the pods where it adds the least prefill, and the
+//! others keep answering within the SLO (**overload**). The cost model chooses among the
+//! pods left. While every pod is late but the fleet prefills faster than it is offered (a
+//! backlog that drains by itself), or the only late pod is idle, nothing is passed over.
 //!
 //! The prefix of a request is named by the hash of the deepest block it shares with its best
 //! holder; [`PodLoad`] counts each pod's outstanding requests and copies per prefix.
@@ -84,10 +86,6 @@
 //! both hold it and load decides between them), and a cold family stays with its first pod
 //! while loads are within `prefill_weight` prompts of each other.
 //!
-//! With `copy_in_time_seconds` set, a busy pod where a copy's first token is expected later
-//! than that (its learned prefill rate × the prefill pending there and the copy's) is passed
-//! over before the cheapest is taken, unless the prefix is hot ([`in_time`]).
-//!
 //! **Slow replicas** (`give_up_late_seconds`, [`give_up`]): a pod whose prefill, measured
 //! while it was idle, is well above the fastest pod's is slow, and given up while its latest
 //! answer is later than the setting. While a pod is given up and no other pod has room for
@@ -96,8 +94,8 @@
 //! they can serve in time. Otherwise a busy slow pod takes no copy it cannot prefill within
 //! the SLO while another pod can answer in time.
 //!
-//! Each rule only narrows what the rules before it left (overload, then `copy_in_time`, then
-//! slow replicas); where a rule would leave no pod, it is skipped.
+//! Each rule only narrows what the rules before it left (the SLO's, then slow replicas);
+//! where a rule would leave no pod, it is skipped.
 //!
 //! With no full block (an empty or short prompt) nothing can be cached: the choice is by
 //! outstanding count, as `least-request`.
@@ -118,7 +116,6 @@ use crate::load::{PodLoad, PrefixCounts};
 pub mod config;
 mod expected;
 mod give_up;
-mod in_time;
 mod offered;
 pub mod slo;
 mod spread;
@@ -177,24 +174,17 @@ impl Policy for PrefixLoad {
             .flatten();
         let (mut costs, uncached, in_flight) =
             self.costs(input, &percents, best, shared_prefix, session_pod);
-        // A copy the copy filters may hold back: of a held prefix that is not hot (a hot
-        // prefix's later requests repay a late first copy).
+        // A copy the slow-replica copy filter may hold back: of a held prefix that is not hot
+        // (a hot prefix's later requests repay a late first copy).
         let cold_copy = best > 0 && in_flight < config::HOT_IN_FLIGHT;
         if let Some(slo) = self.weights.ttft_slo_millis() {
             let least = uncached.iter().copied().min().unwrap_or(0);
             let outstanding = input.pods.iter().map(|p| p.load.shared_outstanding()).sum();
             let offered = self.offered.offer(input.now, least, outstanding);
-            if let Some(sinks) = slo::overload_candidates(input.pods, &uncached, slo, offered) {
-                keep_only(&mut costs, &sinks);
+            if let Some(kept) = slo::slo_candidates(input.pods, &uncached, slo, offered, input.now)
+            {
+                keep_only(&mut costs, &kept);
             }
-        }
-        if let Some(slo) = self.weights.copy_in_time_millis()
-            && cold_copy
-        {
-            keep_only(
-                &mut costs,
-                &in_time::in_time_targets(input, &percents, best, slo),
-            );
         }
         if let Some(late) = self.weights.give_up_late_millis() {
             let slo = self.weights.ttft_slo_millis();
@@ -260,7 +250,7 @@ impl PrefixLoad {
                 .zip(&counts)
                 .any(|(&pct, c)| pct == best && c.outstanding > 0);
         // The prefix's requests in flight on its best holders: its rate, for the copy price
-        // and the copy filters.
+        // and the slow-replica copy filter.
         let in_flight: u64 = percents
             .iter()
             .zip(&counts)

@@ -35,6 +35,7 @@ fn busy(load: &Arc<PodLoad>, requests: usize, blocks: u64) -> Vec<InFlight> {
                 prefill_blocks: blocks,
                 shared_prefix: None,
                 copies_prefix: false,
+                max_tokens: None,
             });
             guard.first_byte(0);
             guard
@@ -51,6 +52,7 @@ fn routed_to(router: &Router, session: Session<'_>, pods: &[Candidate<'_>]) -> S
         text: &text,
         tokens: None,
         session,
+        max_tokens: None,
     };
     let mut rng = StdRng::seed_from_u64(7);
     let routed = router
@@ -121,6 +123,7 @@ fn a_burst_of_new_prompts_spreads_over_equal_pods() {
                 text: &text,
                 tokens: None,
                 session: Session::default(),
+                max_tokens: None,
             };
             router
                 .route(Strategy::PrefixLoad, &request, &pods, &mut rng, 0)

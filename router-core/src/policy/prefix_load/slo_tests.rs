@@ -1,6 +1,7 @@
-//! `prefix-load`'s overload rule (`ttft_slo_seconds`, [`super::slo`]): which pods are late at
-//! their own learned prefill rates, where a request goes when every pod is, and that it
-//! changes nothing while some pod is in time or the fleet prefills faster than it is offered.
+//! `prefix-load`'s SLO rules (`ttft_slo_seconds`, [`super::slo`]): which pods are late at
+//! their own learned prefill rates and slot waits, that late pods are passed over while
+//! another is in time, where a request goes when every pod is late, and that nothing changes
+//! when the only late pod is idle or the fleet prefills faster than it is offered.
 
 use std::sync::Arc;
 
@@ -75,6 +76,7 @@ impl Fleet {
                     prefill_blocks: pod.pending,
                     shared_prefix: None,
                     copies_prefix: false,
+                    max_tokens: None,
                 }));
             }
             for _ in 0..pod.answered {
@@ -83,6 +85,7 @@ impl Fleet {
                     prefill_blocks: BLOCKS,
                     shared_prefix: None,
                     copies_prefix: false,
+                    max_tokens: None,
                 });
                 guard.first_byte(0);
                 guards.push(guard);
@@ -233,27 +236,44 @@ fn lateness_is_at_each_pods_own_rate() {
 }
 
 #[test]
-fn while_some_pod_is_in_time_the_cost_model_chooses_even_a_late_one() {
+fn while_some_pod_is_in_time_a_late_one_is_passed_over() {
     let hashes = prompt();
     // The holder is 2.5 s behind; the other pod has no prefill pending but carries 300 active
     // blocks, and would answer in 1 s. Prefilling the prompt there costs more than the
-    // holder's queue, and the rule does not pass the late holder over (passing over late
-    // pods while another is in time loses where a busy engine prefills slower than its
-    // learned rate: docs/POLICY-EVALUATION.md).
+    // holder's queue, so the cost model alone keeps the request on the late holder, and the
+    // rule sends it where it is answered in time.
     let mut other = pod(10.0, 0, false);
     other.answered = 3;
     let fleet = Fleet::new(&[pod(10.0, 250, true), other], &hashes);
-    assert_eq!(fleet.choose(&hashes, 0.0), 0);
-    assert_eq!(fleet.choose(&hashes, 2.0), 0);
+    assert_eq!(fleet.choose(&hashes, 0.0), 0, "the cost model alone");
+    assert_eq!(fleet.choose(&hashes, 2.0), 1);
+    // Within a looser SLO the holder is in time, and the cost model chooses.
+    assert_eq!(fleet.choose(&hashes, 3.0), 0);
 }
 
 #[test]
-fn an_idle_pod_is_never_late() {
+fn an_idle_pod_is_judged_by_its_own_prefill() {
     let hashes = prompt();
-    // Both holders are late, and the third pod would take 3 s to prefill the prompt, but it
-    // is idle: a slow cold prefill there misses at most this request, and the family's next
-    // ones would find the prefix there. So not every pod is late, and the cost model
-    // chooses as without the rule (the lighter holder), not the sink (pod 0).
+    // Both holders are late; the third pod is idle and prefills the whole prompt in 1 s at
+    // 10 ms a block: in time, so the late holders are passed over.
+    let fleet = Fleet::new(
+        &[
+            pod(10.0, 400, true),
+            pod(10.0, 250, true),
+            pod(10.0, 0, false),
+        ],
+        &hashes,
+    );
+    assert_eq!(fleet.choose(&hashes, 0.0), 1, "the cost model alone");
+    assert_eq!(fleet.choose(&hashes, 2.0), 2);
+}
+
+#[test]
+fn a_late_idle_pod_alone_passes_nothing_over() {
+    let hashes = prompt();
+    // Both holders are late, and the third pod would take 3 s to prefill the prompt. It is
+    // idle, so it is not a sink either: no pod is in time and not every pod is busy, so the
+    // cost model chooses as without the rule (the lighter holder), not the sink (pod 0).
     let fleet = Fleet::new(
         &[
             pod(10.0, 400, true),
@@ -264,6 +284,18 @@ fn an_idle_pod_is_never_late() {
     );
     assert_eq!(fleet.choose(&hashes, 0.0), 1);
     assert_eq!(fleet.choose(&hashes, 2.0), 1);
+    // A new family, every busy pod in time (1.5 s, 1.6 s) and the idle one late (3 s): the
+    // idle pod's cheap prefill wins the cost model, and the rule leaves it.
+    let fleet = Fleet::new(
+        &[
+            pod(10.0, 50, false),
+            pod(10.0, 60, false),
+            pod(30.0, 0, false),
+        ],
+        &hashes,
+    );
+    assert_eq!(fleet.choose(&hashes, 0.0), 2, "the cost model alone");
+    assert_eq!(fleet.choose(&hashes, 2.0), 2);
 }
 
 #[test]

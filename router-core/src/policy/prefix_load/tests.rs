@@ -42,6 +42,7 @@ impl Cluster {
                     prefill_blocks: blocks,
                     shared_prefix: state.prefix,
                     copies_prefix: false,
+                    max_tokens: None,
                 });
                 if i >= state.pending {
                     guard.first_byte(0);
@@ -253,6 +254,7 @@ fn a_copy_in_progress_is_not_a_hit() {
         prefill_blocks: 40,
         shared_prefix: Some(hashes[39]),
         copies_prefix: true,
+        max_tokens: None,
     });
     for seed in 0..20 {
         let choice = cluster.choose(&hashes, seed);
@@ -501,9 +503,6 @@ proptest::proptest! {
         );
     }
 }
-
-#[path = "in_time_tests.rs"]
-mod in_time_tests;
 
 #[path = "give_up_tests.rs"]
 mod give_up_tests;

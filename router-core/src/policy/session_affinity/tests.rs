@@ -32,6 +32,7 @@ fn routed_to(session: Session<'_>, pods: &[Candidate<'_>], seed: u64) -> String 
         text: "hello",
         tokens: None,
         session,
+        max_tokens: None,
     };
     let mut rng = StdRng::seed_from_u64(seed);
     let routed = router
