@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use router_core::InFlight;
+use router_core::load::PROGRESS_EVERY;
 use tokio::time::Instant;
 
 use crate::admit::request_cost::UsageScan;
@@ -135,8 +136,11 @@ impl RequestHold {
             if events == 0 {
                 return;
             }
+            let before = *streamed;
             *streamed += events;
-            if let Some(guard) = self.guard.as_mut()
+            // Only a recorded point needs the clock (once in sixteen tokens).
+            if *streamed / PROGRESS_EVERY > before / PROGRESS_EVERY
+                && let Some(guard) = self.guard.as_mut()
                 && let Some(c) = &self.completion
                 && guard.advance(*streamed, c.clock.now_ms())
                 && let Some(ticket) = self.ticket.as_mut()
