@@ -22,6 +22,22 @@ use super::GatewayConfig;
 use super::error::ConfigFileError;
 use super::settings::{self, Kind};
 
+/// Environment names of settings that were removed, with what replaced them: set, they are
+/// refused as the file and `--set` refuse an unknown key, rather than silently ignored.
+pub const REMOVED_ENV: &[(&str, &str)] = &[
+    (
+        "PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS",
+        COPY_IN_TIME_REMOVED,
+    ),
+    (
+        "PREFIXGATE_ROUTING_PREFIX_LOAD_COPY_IN_TIME_SECONDS",
+        COPY_IN_TIME_REMOVED,
+    ),
+];
+
+const COPY_IN_TIME_REMOVED: &str = "removed: the in-time rule under \
+    routing.prefix_load.ttft_slo_seconds replaced it (docs/ROUTING.md, \"The SLO\"); unset it";
+
 /// Older environment names, each the alias of a setting.
 pub const ENV_ALIASES: &[(&str, &str)] = &[
     ("AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE", "routing.tokenizer"),
@@ -160,8 +176,18 @@ impl Layers {
         Ok(())
     }
 
-    /// The environment: the aliases, then every setting's own name.
+    /// The environment: the aliases, then every setting's own name; a removed setting's
+    /// name is refused ([`REMOVED_ENV`]).
     pub fn env(&mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<(), ConfigFileError> {
+        for &(name, reason) in REMOVED_ENV {
+            if lookup(name).is_some() {
+                return Err(ConfigFileError::Layer {
+                    key: name.to_owned(),
+                    layer: Layer::Env(name.to_owned()).to_string(),
+                    reason: reason.to_owned(),
+                });
+            }
+        }
         let own = settings::settings()
             .iter()
             .filter_map(|s| Some((s.env.as_deref()?, s.key.as_str())));
