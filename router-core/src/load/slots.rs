@@ -90,10 +90,13 @@ impl BatchSlots {
     /// beyond the capacity are in line before it, so it waits for one completion more than
     /// they are: the `n`-th known end when that many are known, and beyond the known ends one
     /// completion every `residence / capacity` after the last. `Some(0.0)` with a slot free;
-    /// `None` until the capacity and the residence are learned.
+    /// `None` until the capacity is learned, and, where the known ends do not reach, the
+    /// residence. The ends alone serve before the first request has finished here: in the
+    /// warm cells of twice the seed's rate the batch fills within seconds and the first
+    /// residence comes eight seconds in (docs/POLICY-EVALUATION.md, "Issue 28, v3: a
+    /// stream clock and the in-time rule").
     pub fn wait_ms(&self, outstanding: u64, ends: &mut [f64]) -> Option<f64> {
         let capacity = u64::from(self.capacity()?);
-        let residence = self.residence_ms()?;
         if outstanding < capacity {
             return Some(0.0);
         }
@@ -102,6 +105,7 @@ impl BatchSlots {
             let (_, nth, _) = ends.select_nth_unstable_by(ahead, f64::total_cmp);
             return Some(*nth);
         }
+        let residence = self.residence_ms()?;
         let last = ends.iter().copied().fold(0.0, f64::max);
         let unknown = (ahead - ends.len() + 1) as f64;
         Some(last + unknown * residence / capacity as f64)
@@ -170,5 +174,18 @@ mod tests {
         );
         // Two ends known, three needed: the third a mean turnover (1 s) after the last.
         assert_eq!(slots.wait_ms(10, &mut [400.0, 50.0]), Some(1_400.0));
+    }
+
+    #[test]
+    fn known_ends_serve_before_any_request_has_finished() {
+        let slots = BatchSlots::default();
+        slots.observe_scrape(stats(8, 2), 2);
+        assert_eq!(slots.residence_ms(), None);
+        assert_eq!(slots.wait_ms(9, &mut [700.0, 200.0]), Some(700.0));
+        assert_eq!(
+            slots.wait_ms(10, &mut [700.0, 200.0]),
+            None,
+            "a third end unknown"
+        );
     }
 }
