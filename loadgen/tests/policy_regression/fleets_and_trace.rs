@@ -166,8 +166,10 @@ fn overload(text: &str, name: &str) -> Goods {
 
 #[test]
 fn prefix_load_leads_every_route_in_overload_with_3k_token_prompts() {
-    // With the overload rule (the default): 431 of 1 152 against prefix-cache's 250; 192
-    // (least-request's figure) without it, which spreads the misses over both replicas.
+    // At the default settings: 459 of 1 152 against prefix-cache's 250 (431 before the stream
+    // clock and the in-time rule: docs/POLICY-EVALUATION.md, "Issue 28, v3: a stream clock
+    // and the in-time rule"); 192 (least-request's figure) without the SLO rules, which
+    // spreads the misses over both replicas.
     let goods = overload(OVERLOAD_3K, "overload-3k");
     assert_eq!(goods.len(), 12);
     assert_total_leads("3k-token prompts, 1.6 rps", &totals(&goods), &table(&goods));
@@ -175,11 +177,13 @@ fn prefix_load_leads_every_route_in_overload_with_3k_token_prompts() {
 
 #[test]
 fn prefix_load_leads_every_route_in_overload_at_twice_the_rate_and_with_long_answers() {
-    // With the overload rule (the default): 210 of 1 152 against prefix-cache's 192 at twice
-    // the rate, 237 against 213 with 256-token answers. Without the slot wait in the rule's
-    // expectation 157 and 180 (a pod whose batch is full looked in time, so the rule never
-    // gave one up), without the gate's slot-queue arm 158 and 182 (docs/POLICY-EVALUATION.md,
-    // "Slot waits in the expectation", "The merged overload rule").
+    // At the default settings: 247 against prefix-cache's 192 at twice the rate, 305 against
+    // 213 with 256-token answers (210 and 237 before the stream clock and the in-time rule,
+    // docs/POLICY-EVALUATION.md, "Issue 28, v3: a stream clock and the in-time rule"). Before
+    // it, without the slot wait in the overload rule's expectation 157 and 180 (a pod whose
+    // batch is full looked in time, so the rule never gave one up), without the gate's
+    // slot-queue arm 158 and 182 ("Slot waits in the expectation", "The merged overload
+    // rule").
     let goods = overload(OVERLOAD, "overload");
     assert_eq!(goods.len(), 24);
     for case in ["rate2x", "out256"] {
