@@ -60,8 +60,8 @@ impl InFlightIds {
 }
 
 /// One routed request's messages to the peers: its decision went out when it was made; its
-/// first byte, its stream clock's points and its release go out through this ticket (the release when it drops, which
-/// the response body or a retry does, exactly once).
+/// first byte, its stream clock's points and its release go out through this ticket (the
+/// release when it drops, which the response body or a retry does, exactly once).
 #[derive(Debug)]
 pub struct SharedTicket {
     publisher: ClusterPublisher,

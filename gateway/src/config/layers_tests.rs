@@ -295,11 +295,13 @@ fn the_router_reads_time_at_the_replicas_scale() {
 
 #[test]
 fn a_removed_settings_environment_name_is_refused_with_what_replaced_it() {
-    let error = resolve(&[("PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS", "2")], &[]).unwrap_err();
-    assert!(
-        error.contains("PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS"),
-        "{error}"
-    );
-    assert!(error.contains("ttft_slo_seconds"), "{error}");
+    for name in [
+        "PREFIXGATE_PREFIX_LOAD_COPY_IN_TIME_SECONDS",
+        "PREFIXGATE_ROUTING_PREFIX_LOAD_COPY_IN_TIME_SECONDS",
+    ] {
+        let error = resolve(&[(name, "2")], &[]).unwrap_err();
+        assert!(error.contains(name), "{error}");
+        assert!(error.contains("ttft_slo_seconds"), "{error}");
+    }
     assert!(resolve(&[], &[]).is_ok());
 }

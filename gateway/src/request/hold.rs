@@ -2,18 +2,18 @@
 //!
 //! A [`RequestHold`] owns the request's [`InFlight`] (the pod's outstanding count and the
 //! request's work in the load view), its admission permit, its cluster ticket and its
-//! tenant's token charge. It is fed the response's bytes as they pass ([`RequestHold::observe`]:
-//! the first byte, the tokens a stream passes on, the replica's `usage`) and released exactly once
-//! ([`RequestHold::finish`], or its drop). The HTTP front end keeps it in the response body
-//! ([`crate::request::release::GuardedBody`]), the Envoy ext_proc front end in the ext_proc
-//! stream ([`crate::ext_proc`]), so both account for load the same way: outstanding from the
-//! decision until the response ends, fails or its client goes away.
+//! tenant's token charge. It is fed the response's bytes as they pass
+//! ([`RequestHold::observe`]: the first byte, the tokens a stream passes on, the replica's
+//! `usage`) and released exactly once ([`RequestHold::finish`], or its drop). The HTTP front
+//! end keeps it in the response body ([`crate::request::release::GuardedBody`]), the Envoy
+//! ext_proc front end in the ext_proc stream ([`crate::ext_proc`]), so both account for load
+//! the same way: outstanding from the decision until the response ends, fails or its client
+//! goes away.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use router_core::InFlight;
-use router_core::load::PROGRESS_EVERY;
 use tokio::time::Instant;
 
 use crate::admit::request_cost::UsageScan;
@@ -136,13 +136,10 @@ impl RequestHold {
             if events == 0 {
                 return;
             }
-            let before = *streamed;
             *streamed += events;
-            // Only a recorded point needs the clock (once in sixteen tokens).
-            if *streamed / PROGRESS_EVERY > before / PROGRESS_EVERY
-                && let Some(guard) = self.guard.as_mut()
+            if let Some(guard) = self.guard.as_mut()
                 && let Some(c) = &self.completion
-                && guard.advance(*streamed, c.clock.now_ms())
+                && guard.advance(*streamed, || c.clock.now_ms())
                 && let Some(ticket) = self.ticket.as_mut()
             {
                 ticket.progress(*streamed);

@@ -121,7 +121,7 @@ impl PeerTable {
             },
             PeerEvent::Progress { id, tokens } => match peer.in_flight.get_mut(id) {
                 Some(Some(guard)) => {
-                    guard.advance(*tokens, now);
+                    guard.advance(*tokens, || now);
                     Outcome::Applied
                 }
                 Some(None) => Outcome::Ignored(Ignored::UnknownPod),

@@ -44,14 +44,15 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// Records that `tokens` had streamed at `now`, if that reaches the next recorded point
-    /// (a multiple of [`PROGRESS_EVERY`]); returns whether it did.
-    pub fn advance(&self, tokens: u64, now: Millis) -> bool {
+    /// Records that `tokens` had streamed by `now()`, if that reaches the next recorded point
+    /// (a multiple of [`PROGRESS_EVERY`]); returns whether it did. The clock is read only
+    /// then: a gateway calls this on every frame of a stream.
+    pub fn advance(&self, tokens: u64, now: impl FnOnce() -> Millis) -> bool {
         let recorded = self.tokens.load(Ordering::Relaxed);
         if tokens / PROGRESS_EVERY <= recorded / PROGRESS_EVERY {
             return false;
         }
-        self.latest_at.store(now, Ordering::Relaxed);
+        self.latest_at.store(now(), Ordering::Relaxed);
         self.tokens.store(tokens, Ordering::Relaxed);
         true
     }
@@ -131,7 +132,7 @@ mod tests {
         let decoding = Decoding::default();
         let stream = decoding.start(1_000, 129);
         // 17 tokens by 1 160 ms: 10 ms each, 112 left.
-        assert!(stream.advance(17, 1_160));
+        assert!(stream.advance(17, || 1_160));
         assert_eq!(ends(&decoding, 1_160, Some(50.0)), vec![1_120.0]);
         // 20 ms later it is 20 ms nearer its end.
         assert_eq!(ends(&decoding, 1_180, Some(50.0)), vec![1_100.0]);
@@ -143,19 +144,19 @@ mod tests {
     fn progress_is_recorded_every_sixteen_tokens() {
         let decoding = Decoding::default();
         let stream = decoding.start(0, 100);
-        assert!(!stream.advance(15, 150), "not yet a recorded point");
-        assert!(stream.advance(16, 160));
-        assert!(!stream.advance(31, 310));
-        assert!(!stream.advance(16, 400), "never backwards");
+        assert!(!stream.advance(15, || 150), "not yet a recorded point");
+        assert!(stream.advance(16, || 160));
+        assert!(!stream.advance(31, || 310));
+        assert!(!stream.advance(16, || 400), "never backwards");
         assert!(
-            stream.advance(40, 400),
+            stream.advance(40, || 400),
             "past 32, in one frame of many events"
         );
-        assert!(!stream.advance(47, 470));
+        assert!(!stream.advance(47, || 470));
         // 39 tokens after the first in 400 ms, as of the latest point.
         let pace = 400.0 / 39.0;
         assert_eq!(ends(&decoding, 400, None), vec![60.0 * pace]);
-        assert!(stream.advance(48, 480));
+        assert!(stream.advance(48, || 480));
     }
 
     #[test]

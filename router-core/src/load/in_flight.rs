@@ -136,12 +136,12 @@ impl InFlight {
         self.release_prefill();
     }
 
-    /// `tokens` of the answer had streamed by `now` (the first byte was the first): its
-    /// stream's clock records it every [`PROGRESS_EVERY`](super::PROGRESS_EVERY) tokens.
-    /// Returns whether it did, which is when a gateway tells its peers (cluster sharing),
-    /// so that theirs record the same. Before the first byte, or without `max_tokens`,
-    /// there is no clock and nothing is recorded.
-    pub fn advance(&mut self, tokens: u64, now: Millis) -> bool {
+    /// `tokens` of the answer had streamed by `now()` (the first byte was the first): its
+    /// stream's clock records it every [`PROGRESS_EVERY`](super::PROGRESS_EVERY) tokens,
+    /// reading the clock only then. Returns whether it did, which is when a gateway tells its
+    /// peers (cluster sharing), so that theirs record the same. Before the first byte, or
+    /// without `max_tokens`, there is no clock and nothing is recorded.
+    pub fn advance(&mut self, tokens: u64, now: impl FnOnce() -> Millis) -> bool {
         self.stream
             .as_ref()
             .is_some_and(|stream| stream.advance(tokens, now))

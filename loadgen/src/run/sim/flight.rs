@@ -44,7 +44,7 @@ impl Flight {
     /// clock advances, and when it records a point the gateway's peers hear of it.
     pub(super) fn streamed(&mut self, gateways: &mut Gateways, tokens: u64, now: f64) {
         if let Some((gateway, routed)) = self.routed.as_mut()
-            && routed.advance(tokens, millis(now))
+            && routed.advance(tokens, || millis(now))
         {
             let event = GatewayEvent::Progress {
                 request: self.request,

@@ -154,7 +154,7 @@ mod tests {
                     ..Default::default()
                 });
                 guard.first_byte(0);
-                assert!(guard.advance(17, 160));
+                assert!(guard.advance(17, || 160));
                 guard
             })
             .collect();
